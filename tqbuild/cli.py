@@ -1,0 +1,102 @@
+"""tq-build command line. Thin: parse, call the library, print.
+
+Exit codes: 0 ok, 1 internal error, 2 bad input, 3 verification failed,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import TQError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Offline quantization build tool: `tq-build RECIPE.yaml` builds it.")
+
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o",
+                                                   help="Override the recipe's output dir.")]
+WorkdirOpt = Annotated[Optional[Path], typer.Option("--workdir",
+                                                    help="Override the recipe's work dir root.")]
+
+
+def _log(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+def _prepare(recipe_path: Path, workdir: Path | None):
+    from .io.resolve import resolve_source
+    from .io.source import Source
+    from .pipeline.graph import compile_plan
+    from .recipe import load
+
+    recipe = load(recipe_path)
+    root = Path(workdir or recipe.workdir)
+    src_dir, gguf = resolve_source(recipe, root / "cache", log=_log)
+    source = Source(src_dir)
+    return recipe, compile_plan(recipe, source), source, gguf
+
+
+@app.command()
+def build(
+    recipe: Annotated[Path, typer.Argument(help="Recipe YAML file.")],
+    output: OutputOpt = None,
+    workdir: WorkdirOpt = None,
+    force: Annotated[bool, typer.Option(help="Replace an output dir that holds "
+                                              "something else.")] = False,
+) -> None:
+    """Build the artifact a recipe describes.
+
+    Example: tq-build recipes/smollm2-rot-rtn4.yaml --output out/smol
+    """
+    from .pipeline.executor import build as run_build
+
+    r, plan, source, gguf = _prepare(recipe, workdir)
+    out = Path(output or r.output)
+    res = run_build(plan, source, out, force=force, gguf=gguf, log=_log)
+    typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s))")
+
+
+@app.command()
+def plan(
+    recipe: Annotated[Path, typer.Argument(help="Recipe YAML file.")],
+    workdir: WorkdirOpt = None,
+) -> None:
+    """Print the compiled stage graph without touching weights."""
+    from .pipeline.report import describe
+
+    r, p, _source, _gguf = _prepare(recipe, workdir)
+    typer.echo(describe(p))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    if argv and argv[0] not in commands and not argv[0].startswith("-"):
+        argv.insert(0, "build")  # `tq-build RECIPE.yaml` == `tq-build build RECIPE.yaml`
+    try:
+        app(args=argv, standalone_mode=False)
+    except TQError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise SystemExit(e.exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise SystemExit(130) from None
+    except typer.Exit as e:
+        raise SystemExit(e.exit_code) from None
+    except Exception as e:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            raise SystemExit(e.exit_code) from None
+        if isinstance(e, click.exceptions.Abort):
+            raise SystemExit(130) from None
+        raise
+
+
+if __name__ == "__main__":
+    main()

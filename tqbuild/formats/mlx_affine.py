@@ -1,0 +1,70 @@
+"""MLX's affine format: `.weight` uint32 [..., out, in·bits/32] holding each row
+as an LSB-first little-endian bitstream (element i at bits [i·b, (i+1)·b)),
+`.scales` / `.biases` [..., out, in/group] in the model dtype; w ≈ q·scale + bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+BITS = (2, 3, 4, 5, 6, 8)
+GROUP_SIZES = (32, 64, 128)
+
+
+def pack(q: np.ndarray, bits: int) -> np.ndarray:
+    """Integers [..., n] in [0, 2^bits) -> uint32 [..., n·bits/32]."""
+    lead, n = q.shape[:-1], q.shape[-1]
+    assert (n * bits) % 32 == 0, (n, bits)
+    flat = q.reshape(-1, n).astype(np.uint32)
+    out = np.empty((flat.shape[0], n * bits // 32), dtype=np.uint32)
+    step = max(1, (1 << 24) // max(n * bits, 1))
+    shifts = np.arange(bits, dtype=np.uint32)
+    for r in range(0, flat.shape[0], step):
+        blk = flat[r:r + step]
+        bitarr = ((blk[:, :, None] >> shifts) & 1).astype(np.uint8).reshape(blk.shape[0], -1)
+        out[r:r + step] = np.packbits(bitarr, axis=-1, bitorder="little").view("<u4")
+    return out.reshape(*lead, n * bits // 32)
+
+
+def unpack(words: np.ndarray, bits: int) -> np.ndarray:
+    """uint32 [..., w] -> integers [..., w·32/bits] (the inverse of `pack`)."""
+    lead, w = words.shape[:-1], words.shape[-1]
+    n = w * 32 // bits
+    by = np.ascontiguousarray(words.reshape(-1, w).astype("<u4")).view(np.uint8)
+    bitarr = np.unpackbits(by, axis=-1, bitorder="little").reshape(-1, n, bits)
+    vals = (bitarr.astype(np.uint32) << np.arange(bits, dtype=np.uint32)).sum(-1)
+    return vals.astype(np.uint32).reshape(*lead, n)
+
+
+def quantize_rtn(w: torch.Tensor, bits: int, group_size: int,
+                 dtype: torch.dtype = torch.bfloat16):
+    """Round-to-nearest affine quantization per group of `group_size` inputs.
+
+    Scale and bias are rounded to `dtype` first; q is computed against the
+    rounded values. Returns (q int, scales, biases) with scales/biases in `dtype`.
+    """
+    *lead, n = w.shape
+    g = w.reshape(*lead, n // group_size, group_size).to(torch.float32)
+    lo, hi = g.amin(-1), g.amax(-1)
+    levels = (1 << bits) - 1
+    scales = ((hi - lo) / levels).to(dtype)
+    biases = lo.to(dtype)
+    s, b = scales.float()[..., None], biases.float()[..., None]
+    q = torch.round((g - b) / torch.where(s == 0, torch.ones_like(s), s)).clamp_(0, levels)
+    return q.reshape(*lead, n).to(torch.int32), scales, biases
+
+
+def dequantize(q: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
+               group_size: int) -> torch.Tensor:
+    """q·scale + bias computed in the scales' dtype, one rounding per op, exactly
+    as `mx.dequantize` does (so bf16 scales give MLX's bf16 values bit for bit)."""
+    *lead, n = q.shape
+    g = q.reshape(*lead, n // group_size, group_size).to(scales.dtype)
+    w = g * scales[..., None] + biases[..., None]
+    return w.reshape(*lead, n)
+
+
+def proxy_error(w: torch.Tensor, wq: torch.Tensor) -> float:
+    """Relative Frobenius error ||W − Q|| / ||W||."""
+    return float(torch.linalg.norm(w - wq) / torch.linalg.norm(w).clamp_min(1e-30))

@@ -1,0 +1,50 @@
+"""The artifact's config.json: the source config, untied, with the top-level
+`rope_theta` mlx-lm reads and the `quantization` entries it expects."""
+
+from __future__ import annotations
+
+import copy
+
+
+def _rope_fields(cfg: dict) -> None:
+    rp = cfg.get("rope_parameters")
+    if not isinstance(rp, dict):
+        return
+    if "rope_theta" in rp:
+        cfg.setdefault("rope_theta", rp["rope_theta"])
+    elif isinstance(rp.get("full_attention"), dict):  # per-layer-type (gemma3)
+        cfg.setdefault("rope_theta", rp["full_attention"].get("rope_theta"))
+        if isinstance(rp.get("sliding_attention"), dict):
+            cfg.setdefault("rope_local_base_freq", rp["sliding_attention"].get("rope_theta"))
+
+
+def artifact_config(source_config: dict, *, model_type: str | None, untied: bool,
+                    quantization: dict | None) -> dict:
+    cfg = copy.deepcopy(source_config)
+    for k in ("_name_or_path", "_model_name_or_path", "transformers_version"):
+        cfg.pop(k, None)
+    targets = [cfg] + ([cfg["text_config"]] if isinstance(cfg.get("text_config"), dict) else [])
+    for c in targets:
+        _rope_fields(c)
+        if untied:
+            c["tie_word_embeddings"] = False
+        c.setdefault("tie_word_embeddings", c.get("tie_word_embeddings", True))
+    if model_type:
+        cfg["model_type"] = model_type
+    cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
+    if quantization:
+        cfg["quantization"] = quantization
+        cfg["quantization_config"] = quantization
+    return cfg
+
+
+def quantization_entry(specs: dict, default) -> dict | None:
+    """Global group_size/bits/mode + per-module overrides where a module differs."""
+    quantized = {m: s for m, s in specs.items() if s.format == "affine"}
+    if not quantized:
+        return None
+    entry: dict = {"group_size": default.group_size, "bits": default.bits, "mode": "affine"}
+    for m, s in sorted(quantized.items()):
+        if (s.bits, s.group_size) != (default.bits, default.group_size):
+            entry[m] = {"group_size": s.group_size, "bits": s.bits, "mode": "affine"}
+    return entry

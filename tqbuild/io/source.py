@@ -1,0 +1,98 @@
+"""A Hugging Face safetensors checkpoint read lazily, one tensor at a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ..errors import SourceError
+from .hashing import sha256_file
+
+FLOAT_DTYPES = ("BF16", "F16", "F32")
+QUANT_SUFFIXES = (".scales", ".qweight", ".qzeros", ".g_idx", ".weight_scale", ".absmax")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja",
+                   "chat_template.json", "generation_config.json", "added_tokens.json",
+                   "LICENSE", "LICENSE.txt", "NOTICE")
+
+
+class Source:
+    """Config + lazily-read tensors of one checkpoint directory."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        cfg_path = self.path / "config.json"
+        if not self.path.is_dir() or not cfg_path.is_file():
+            raise SourceError(
+                f"no checkpoint at {self.path} (config.json missing)",
+                fix="point `source.path` at a Hugging Face model directory or a .gguf file",
+            )
+        self.config = json.loads(cfg_path.read_text())
+        if "quantization_config" in self.config or "quantization" in self.config:
+            raise SourceError(
+                "the source is already quantized (config.json has a quantization entry)",
+                where=str(cfg_path),
+                fix="use the full-precision (bf16/fp16/fp32) checkpoint; a llama.cpp model "
+                "comes in as a .gguf file",
+            )
+        self._where: dict[str, Path] = {}
+        self._handles: dict[Path, object] = {}
+        files = sorted(self.path.glob("*.safetensors"))
+        if not files:
+            raise SourceError(f"no *.safetensors files in {self.path}",
+                              fix="convert the checkpoint to safetensors first")
+        self.files = files
+        for f in files:
+            h = self._open(f)
+            for k in h.keys():
+                self._where[k] = f
+                if k.endswith(QUANT_SUFFIXES):
+                    raise SourceError(
+                        f"tensor {k} marks a quantized checkpoint", where=str(f),
+                        fix="use the full-precision checkpoint")
+                dt = h.get_slice(k).get_dtype()
+                if dt not in FLOAT_DTYPES:
+                    raise SourceError(
+                        f"tensor {k} has dtype {dt}; only bf16/fp16/fp32 sources are supported",
+                        where=str(f), fix="use the full-precision checkpoint")
+
+    def _open(self, f: Path):
+        if f not in self._handles:
+            self._handles[f] = safe_open(str(f), framework="pt")
+        return self._handles[f]
+
+    def keys(self) -> list[str]:
+        return list(self._where)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._open(self._where[name]).get_slice(name).get_shape())
+
+    def dtype(self, name: str) -> str:
+        return self._open(self._where[name]).get_slice(name).get_dtype()
+
+    def get(self, name: str) -> torch.Tensor:
+        """The tensor as float32; NaN/Inf is an error naming it."""
+        if name not in self._where:
+            raise SourceError(f"tensor {name} is missing from the source", where=str(self.path),
+                              fix="check that the checkpoint is complete")
+        t = self._open(self._where[name]).get_tensor(name).to(torch.float32)
+        if not torch.isfinite(t).all():
+            bad = int((~torch.isfinite(t)).sum())
+            raise SourceError(f"tensor {name} holds {bad} NaN/Inf values",
+                              where=str(self._where[name]),
+                              fix="repair or re-export the checkpoint")
+        return t
+
+    def file_hashes(self) -> dict[str, str]:
+        out = {f.name: sha256_file(f) for f in self.files}
+        out["config.json"] = sha256_file(self.path / "config.json")
+        return out
+
+    def passthrough_files(self) -> list[Path]:
+        return [self.path / n for n in TOKENIZER_FILES if (self.path / n).is_file()]

@@ -1,0 +1,241 @@
+"""Recipe + source -> a validated stage graph: units (embed, each layer, head),
+the stages each runs, the tensors each stage touches, and the quantization
+spec of every artifact module. Reads only shapes, never weights."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import RecipeError
+from ..io.layout import to_artifact
+from ..io.source import Source
+from ..kernels.hadamard import nearest_supported, supported
+from ..models import family_for
+from ..models.base import Family, linears_matching
+from ..recipe import QuantizeParams, QuantSpec, Recipe, RotateParams
+from ..stages.untie import is_tied, lm_head_source
+
+
+@dataclass
+class Unit:
+    name: str
+    kind: str  # embed | layer | head | extra
+    index: int
+    keys: list[str]  # source tensors read (lm_head may read embed_tokens)
+
+
+@dataclass
+class Plan:
+    recipe: Recipe
+    family: Family
+    config: dict
+    units: list[Unit]
+    tied: bool
+    hidden: int
+    head_dim: int
+    num_layers: int
+    rotate: RotateParams | None
+    quantize: QuantizeParams | None
+    specs: dict[str, QuantSpec] = field(default_factory=dict)  # artifact module -> spec
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # artifact tensor shapes
+    touched: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # unit -> stage -> names
+    dropped: list[str] = field(default_factory=list)
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [s.name for s in self.recipe.stages]
+
+    def has(self, stage: str) -> bool:
+        return stage in self.stage_names
+
+    @property
+    def r1_on(self) -> bool:
+        return self.rotate is not None and self.rotate.r1 != "off"
+
+    @property
+    def r2_on(self) -> bool:
+        return self.rotate is not None and self.rotate.r2 != "off"
+
+
+def text_config(config: dict) -> dict:
+    return config.get("text_config", config)
+
+
+def quantizable(name: str, shape: tuple[int, ...]) -> bool:
+    return name.endswith(".weight") and len(shape) >= 2 and "conv1d" not in name
+
+
+def _stage_index(recipe: Recipe, name: str) -> int:
+    return next(i for i, s in enumerate(recipe.stages) if s.name == name)
+
+
+def compile_plan(recipe: Recipe, source: Source) -> Plan:
+    config = source.config
+    tc = text_config(config)
+    family = family_for(tc.get("model_type", config.get("model_type", "?")),
+                        where=str(source.path / "config.json"))
+    keys = source.keys()
+    hidden = int(tc["hidden_size"])
+    head_dim = int(tc.get("head_dim") or hidden // int(tc["num_attention_heads"]))
+    n_layers = int(tc["num_hidden_layers"])
+    tied = is_tied(tc, keys)
+    plan = Plan(recipe=recipe, family=family, config=config, units=[], tied=tied, hidden=hidden,
+                head_dim=head_dim, num_layers=n_layers, rotate=recipe.stage("rotate"),
+                quantize=recipe.stage("quantize"))
+    _check_stages(plan)
+    _make_units(plan, keys)
+    _plan_tensors(plan, source)
+    return plan
+
+
+def _check_stages(plan: Plan) -> None:
+    r, fam = plan.recipe, plan.family
+    if plan.rotate is not None:
+        i = _stage_index(r, "rotate")
+        if plan.r1_on and fam.r1_invalid:
+            raise RecipeError(fam.r1_invalid, where=r.line_of("stages", i, "rotate", "r1"),
+                              fix="set `r1: off` (γ-fold of the pre-norms is still valid)")
+        if plan.r2_on and fam.r2_invalid:
+            raise RecipeError(fam.r2_invalid, where=r.line_of("stages", i, "rotate", "r2"),
+                              fix="set `r2: off` for this model")
+        if plan.r1_on and not plan.has("norm_fold"):
+            raise RecipeError("R1 needs the norms' gains folded first (R1 commutes only with "
+                              "gain-free RMSNorm)", where=r.line_of("stages", i),
+                              fix="add `- norm_fold` before `- rotate`")
+        for n, what, on in ((plan.hidden, "hidden_size (R1)", plan.r1_on),
+                            (plan.head_dim, "head_dim (R2)", plan.r2_on)):
+            if on and not supported(n):
+                lo, hi = nearest_supported(n)
+                key = "r1" if "R1" in what else "r2"
+                raise RecipeError(
+                    f"no Hadamard construction for n = {n} ({what})",
+                    where=r.line_of("stages", i, "rotate", key),
+                    fix=f"supported sizes are K·2^m (K in 12, 20, 28, 36, 40, 52, 60, 108, 140, "
+                    f"156, 172) or powers of two — the nearest are {lo} and {hi}; set `{key}: off`")
+    folds_head = plan.has("norm_fold") or plan.r1_on
+    if plan.tied and folds_head and not plan.has("untie"):
+        where = r.line_of("stages", _stage_index(r, "norm_fold" if plan.has("norm_fold")
+                                                  else "rotate"))
+        raise RecipeError("this model ties lm_head to embed_tokens, and the folds change "
+                          "lm_head but not embed_tokens", where=where,
+                          fix="add `- untie` as the first stage")
+
+
+def _make_units(plan: Plan, keys: list[str]) -> None:
+    fam = plan.family
+    units = [Unit("embed", "embed", -1, [f"{fam.embed}.weight"])]
+    claimed = set(units[0].keys)
+    for i in range(plan.num_layers):
+        pre = f"{fam.layer_prefix}{i}."
+        lk = [k for k in keys if k.startswith(pre)]
+        units.append(Unit(f"layer {i}", "layer", i, lk))
+        claimed.update(lk)
+    head = [f"{fam.final_norm}.weight", lm_head_source(fam, plan.config, keys)]
+    units.append(Unit("head", "head", plan.num_layers, head))
+    claimed.update(head)
+    claimed.add(f"{fam.lm_head}.weight")
+    extra = [k for k in keys if k not in claimed]
+    plan.dropped = [k for k in extra if k.startswith("mtp.")]
+    extra = [k for k in extra if not k.startswith("mtp.")]
+    if extra:
+        units.append(Unit("extra", "extra", plan.num_layers + 1, extra))
+    plan.units = units
+
+
+def unit_hf_names(plan: Plan, unit: Unit) -> list[str]:
+    """HF names a unit produces (lm_head is produced under its own name)."""
+    if unit.kind == "head":
+        return [f"{plan.family.final_norm}.weight", f"{plan.family.lm_head}.weight"]
+    return list(unit.keys)
+
+
+def touched_by(plan: Plan, unit: Unit) -> dict[str, list[str]]:
+    """Which HF tensors each stage changes in this unit (for `plan` and fingerprints)."""
+    fam = plan.family
+    out: dict[str, list[str]] = {}
+    names = unit_hf_names(plan, unit)
+    if unit.kind == "head" and plan.tied and plan.has("untie"):
+        out["untie"] = [f"{fam.lm_head}.weight"]
+    if unit.kind == "layer":
+        pre = f"{fam.layer_prefix}{unit.index}."
+        mods = [k[len(pre):-7] for k in names if k.endswith(".weight")]
+        if plan.has("norm_fold"):
+            t = []
+            for nf in fam.norm_folds:
+                if f"{nf.norm}" in mods:
+                    t += [pre + nf.norm] + [pre + m for m in linears_matching(mods, nf.readers)]
+            out["norm_fold"] = t
+        rot = []
+        if plan.r1_on:
+            rot += [pre + m for m in linears_matching(mods, fam.residual_readers + fam.residual_writers)]
+        if plan.r2_on:
+            rot += [pre + fam.head_producer, pre + fam.head_consumer]
+        if rot:
+            out["rotate"] = rot
+    elif unit.kind == "head":
+        if plan.has("norm_fold"):
+            out["norm_fold"] = [fam.final_norm, fam.lm_head]
+        if plan.r1_on:
+            out["rotate"] = [fam.lm_head]
+    elif unit.kind == "embed" and plan.r1_on:
+        out["rotate"] = [fam.embed]
+    return out
+
+
+def _plan_tensors(plan: Plan, source: Source) -> None:
+    fam, q = plan.family, plan.quantize
+    for unit in plan.units:
+        metas = {}
+        for name in unit_hf_names(plan, unit):
+            src = unit.keys[1] if unit.kind == "head" and name.startswith(fam.lm_head) else name
+            metas[name] = torch.empty(source.shape(src), device="meta")
+        art = to_artifact(fam, metas)
+        plan.touched[unit.name] = touched_by(plan, unit)
+        for aname, t in art.items():
+            shape = tuple(t.shape)
+            plan.shapes[aname] = shape
+            if q is None or not quantizable(aname, shape):
+                continue
+            module = aname[: -len(".weight")]
+            spec = q.spec_for(module)
+            plan.specs[module] = spec
+            if spec.format == "affine" and shape[-1] % spec.group_size:
+                fits = [g for g in (32, 64, 128) if shape[-1] % g == 0]
+                i = _stage_index(plan.recipe, "quantize")
+                raise RecipeError(
+                    f"group_size {spec.group_size} does not divide the row length {shape[-1]} "
+                    f"of {aname}", where=plan.recipe.line_of("stages", i, "quantize"),
+                    fix=f"use group_size {' or '.join(map(str, fits)) or '(none fits)'} for "
+                    f"this tensor (a rule matching {re.escape(module)!r})")
+
+
+def estimate_peak_bytes(plan: Plan, shard_bytes: int) -> int:
+    """Largest unit in float32 (source + folded copy + quantized) + R matrices + one shard."""
+    per_unit = []
+    for unit in plan.units:
+        n = sum(_numel(s) for a, s in plan.shapes.items() if _unit_of(plan, a) == unit.name)
+        per_unit.append(n * 4 * 3)
+    rot = (plan.hidden**2 if plan.r1_on else 0) * 8 + (plan.head_dim**2) * 8
+    return max(per_unit) + rot + min(shard_bytes, sum(_numel(s) for s in plan.shapes.values()) * 2)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _unit_of(plan: Plan, aname: str) -> str:
+    fam = plan.family
+    name = aname[len(fam.artifact_prefix):] if aname.startswith(fam.artifact_prefix) else aname
+    if name.startswith(fam.layer_prefix):
+        return f"layer {name[len(fam.layer_prefix):].split('.')[0]}"
+    if name.startswith(fam.embed):
+        return "embed"
+    if name.startswith((fam.final_norm, fam.lm_head)):
+        return "head"
+    return "extra"

@@ -1,0 +1,46 @@
+"""Human-readable description of a compiled plan (`tq-build plan`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..recipe import WriteParams
+from .graph import Plan, estimate_peak_bytes
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def describe(plan: Plan) -> str:
+    r = plan.recipe
+    lines = [f"recipe   {r.name}  ({r.file}, sha256 {r.hash[:12]})",
+             f"model    {plan.family.model_type}: {plan.num_layers} layers, hidden {plan.hidden}, "
+             f"head_dim {plan.head_dim}, tied={plan.tied}",
+             f"output   {r.output}",
+             "stages   " + " → ".join(plan.stage_names)]
+    if plan.rotate:
+        lines.append(f"rotate   seed {plan.rotate.seed}; R1 {'n=' + str(plan.hidden) if plan.r1_on else 'off'}; "
+                     f"R2 {'n=' + str(plan.head_dim) if plan.r2_on else 'off'}")
+    lines.append("units")
+    for u in plan.units:
+        touched = plan.touched.get(u.name, {})
+        desc = "; ".join(f"{s}: {len(n)} tensor(s)" for s, n in touched.items()) or "pass-through"
+        lines.append(f"  {u.name:<10} reads {len(u.keys):>3} tensor(s); {desc}")
+    if plan.units and plan.num_layers:
+        first = next(u for u in plan.units if u.kind == "layer")
+        for stage, names in plan.touched.get(first.name, {}).items():
+            lines.append(f"  {first.name} {stage}: {', '.join(n.split('.', 3)[-1] for n in names)}")
+    if plan.specs:
+        kinds = Counter((s.format, s.method, s.bits if s.format == "affine" else None,
+                         s.group_size if s.format == "affine" else None)
+                        for s in plan.specs.values())
+        lines.append("quantize")
+        for (fmt, method, bits, gs), n in sorted(kinds.items(), key=str):
+            what = f"{method} affine {bits}-bit g{gs}" if fmt == "affine" else "kept bf16"
+            lines.append(f"  {n:>4} module(s): {what}")
+    wp = r.stage("write") or WriteParams()
+    lines.append(f"peak memory (estimate)  {_gb(estimate_peak_bytes(plan, wp.shard_bytes))}")
+    if plan.dropped:
+        lines.append(f"dropped  {len(plan.dropped)} tensor(s) mlx-lm does not load (mtp.*)")
+    return "\n".join(lines)

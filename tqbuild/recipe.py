@@ -1,0 +1,321 @@
+"""YAML recipe -> typed, frozen Recipe. Every error names file:line and the fix."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import RecipeError
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceSpec(Frozen):
+    path: str | None = None
+    package: str | None = Field(None, description="a Python package that ships the weights")
+    file: str | None = Field(None, description="file inside `package` (glob allowed)")
+
+
+class RotateParams(Frozen):
+    r1: Literal["random_hadamard", "off"] = "random_hadamard"
+    r2: Literal["random_hadamard", "off"] = "random_hadamard"
+    seed: int = Field(42, ge=0, lt=2**32)
+
+
+Bits = Literal[2, 3, 4, 5, 6, 8]
+GroupSize = Literal[32, 64, 128]
+
+
+class QuantSpec(Frozen):
+    method: Literal["rtn"] = "rtn"
+    format: Literal["affine", "none"] = "affine"
+    bits: Bits = 4
+    group_size: GroupSize = 64
+
+
+class QuantRule(Frozen):
+    match: str
+    method: Literal["rtn"] | None = None
+    format: Literal["affine", "none"] | None = None
+    bits: Bits | None = None
+    group_size: GroupSize | None = None
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"`match` is not a valid regular expression ({e})") from e
+        return v
+
+    def apply(self, base: QuantSpec) -> QuantSpec:
+        upd = {k: getattr(self, k) for k in ("method", "format", "bits", "group_size")
+               if getattr(self, k) is not None}
+        return base.model_copy(update=upd)
+
+
+class QuantizeParams(Frozen):
+    default: QuantSpec = QuantSpec()
+    rules: tuple[QuantRule, ...] = ()
+
+    def spec_for(self, module: str) -> QuantSpec:
+        """First matching rule wins (re.search on the artifact module path)."""
+        for rule in self.rules:
+            if re.search(rule.match, module):
+                return rule.apply(self.default)
+        return self.default
+
+
+class NoParams(Frozen):
+    pass
+
+
+class WriteParams(Frozen):
+    shard_size: str = "2GB"
+
+    @field_validator("shard_size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        parse_size(v)
+        return v
+
+    @property
+    def shard_bytes(self) -> int:
+        return parse_size(self.shard_size)
+
+
+def parse_size(v: str | int) -> int:
+    if isinstance(v, int):
+        return v
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?B)\s*", str(v), re.I)
+    if not m:
+        raise ValueError(f"size {v!r} is not like '2GB' or '500MB'")
+    mult = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}[m.group(2).upper()]
+    return int(float(m.group(1)) * mult)
+
+
+# Stage name -> params model, in the only order stages may run.
+STAGES: dict[str, type[Frozen]] = {
+    "untie": NoParams,
+    "norm_fold": NoParams,
+    "rotate": RotateParams,
+    "quantize": QuantizeParams,
+    "write": WriteParams,
+}
+ORDER = list(STAGES)
+WHY_ORDER = {
+    "rotate": "R1 commutes only with gain-free norms, so norm_fold must run before rotate; "
+    "rotations fold into full-precision weights, so they come before quantize",
+    "norm_fold": "γ folds into full-precision weights: untie, then norm_fold, then rotate",
+    "untie": "untie must come first: later folds transform lm_head but not embed_tokens",
+    "quantize": "quantize works on the folded weights, after every fold",
+    "write": "write is the last stage",
+}
+
+
+class Stage(Frozen):
+    name: str
+    params: Any
+    line: int
+
+
+class Recipe(Frozen):
+    name: str
+    source: SourceSpec
+    output: str
+    workdir: str = ".tq-work"
+    stages: tuple[Stage, ...]
+    file: str
+    text: str
+    lines: dict[str, int]
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def stage(self, name: str) -> Any | None:
+        return next((s.params for s in self.stages if s.name == name), None)
+
+    def line_of(self, *path: str | int) -> str:
+        """file:line of the deepest recorded node on `path`."""
+        for n in range(len(path), -1, -1):
+            key = "/".join(map(str, path[:n]))
+            if key in self.lines:
+                return f"{self.file}:{self.lines[key]}"
+        return self.file
+
+
+TOP_KEYS = {"name", "source", "output", "workdir", "stages"}
+
+
+def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
+    """Record the line of every key and list item, keyed by its '/'-joined path."""
+    if isinstance(node, yaml.MappingNode):
+        items = [(str(k.value), k, v) for k, v in node.value]
+    elif isinstance(node, yaml.SequenceNode):
+        items = [(str(i), v, v) for i, v in enumerate(node.value)]
+    else:
+        return
+    for key, mark_node, child in items:
+        sub = f"{path}/{key}" if path else key
+        out[sub] = mark_node.start_mark.line + 1
+        _index_lines(child, sub, out)
+
+
+def _suggest(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}allowed keys: {', '.join(allowed)}"
+
+
+def _fail(where: str, msg: str, fix: str) -> RecipeError:
+    return RecipeError(msg, where=where, fix=fix)
+
+
+def _validate(model: type[Frozen], data: Any, path: tuple, where_of) -> Frozen:
+    """Validate `data` against `model`, turning the first error into a RecipeError."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise _fail(where_of(*path), f"{'.'.join(map(str, path)) or 'recipe'} must be a mapping",
+                    f"write it as `key: value` pairs ({', '.join(model.model_fields)})")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(err["loc"])
+        full = path + loc
+        dotted = ".".join(map(str, full))
+        if err["type"] == "extra_forbidden":
+            allowed = list(_fields_at(model, loc[:-1]))
+            raise _fail(where_of(*full), f"unknown key {loc[-1]!r} in {'.'.join(map(str, path)) or 'recipe'}",
+                        _suggest(str(loc[-1]), allowed)) from None
+        if err["type"] == "missing":
+            raise _fail(where_of(*path), f"missing required key {dotted!r}",
+                        f"add `{loc[-1]}:` here") from None
+        expected = _expected(model, loc)
+        raise _fail(where_of(*full), f"{dotted}: {err['msg']} (got {err.get('input')!r})",
+                    f"use {expected}" if expected else "correct the value") from None
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> dict:
+    m: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        ann = m.model_fields[part].annotation
+        args = getattr(ann, "__args__", ())
+        m = next((a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)), m)
+    return m.model_fields
+
+
+def _expected(model: type[BaseModel], loc: tuple) -> str:
+    try:
+        fields = _fields_at(model, tuple(p for p in loc[:-1]))
+        f = fields[loc[-1]]
+    except (KeyError, AttributeError, TypeError):
+        return ""
+    ann = str(f.annotation).replace("typing.", "")
+    return f"a value of type {ann}"
+
+
+def load(path: str | Path) -> Recipe:
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe file {path} does not exist",
+                          fix="pass the path of a YAML recipe, e.g. recipes/smollm2-rot-rtn4.yaml")
+    text = path.read_text()
+    file = str(path)
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{file}:{mark.line + 1}" if mark else file
+        raise RecipeError(f"not valid YAML: {getattr(e, 'problem', e)}", where=where,
+                          fix="fix the YAML syntax (indentation, quotes, colons)") from None
+    lines: dict[str, int] = {}
+    if root is not None:
+        lines[""] = root.start_mark.line + 1
+        _index_lines(root, "", lines)
+
+    def where_of(*p) -> str:
+        for n in range(len(p), -1, -1):
+            key = "/".join(map(str, p[:n]))
+            if key in lines:
+                return f"{file}:{lines[key]}"
+        return file
+
+    if not isinstance(data, dict):
+        raise RecipeError("a recipe must be a mapping with name, source, output and stages",
+                          where=f"{file}:1", fix="see recipes/ for examples")
+    for k in data:
+        if k not in TOP_KEYS:
+            raise _fail(where_of(k), f"unknown key {k!r} at the top level",
+                        _suggest(str(k), sorted(TOP_KEYS)))
+    for k in ("name", "source", "output", "stages"):
+        if k not in data:
+            raise _fail(f"{file}:1", f"missing required key {k!r}", f"add `{k}:` to the recipe")
+    for k in ("name", "output", "workdir"):
+        if k in data and not isinstance(data[k], str):
+            raise _fail(where_of(k), f"{k} must be a string (got {data[k]!r})",
+                        f"quote the value of `{k}`")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", data["name"]):
+        raise _fail(where_of("name"), f"name {data['name']!r} is not a plain identifier",
+                    "use letters, digits, '.', '_' and '-' (it names the work dir)")
+    src = data["source"]
+    if isinstance(src, str):
+        src = {"path": src}
+    source = _validate(SourceSpec, src, ("source",), where_of)
+    if (source.path is None) == (source.package is None):
+        raise _fail(where_of("source"), "source needs exactly one of `path` or `package`",
+                    "give `path: DIR_OR_GGUF` or `package: NAME` with `file: GLOB`")
+    stages = _parse_stages(data["stages"], where_of)
+    return Recipe(name=data["name"], source=source, output=data["output"],
+                  workdir=data.get("workdir", ".tq-work"), stages=stages, file=file, text=text,
+                  lines=lines)
+
+
+def _parse_stages(raw: Any, where_of) -> tuple[Stage, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise _fail(where_of("stages"), "stages must be a non-empty list",
+                    f"list stages in order, e.g. {ORDER}")
+    out: list[Stage] = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            name, params = item, None
+        elif isinstance(item, dict) and len(item) == 1:
+            name, params = next(iter(item.items()))
+        else:
+            raise _fail(where_of("stages", i), f"stages[{i}] must be a stage name or "
+                        "a one-key mapping `name: {params}`", "e.g. `- rotate: {seed: 42}`")
+        if name not in STAGES:
+            raise _fail(where_of("stages", i), f"unknown stage {name!r}",
+                        _suggest(str(name), ORDER).replace("allowed keys", "stages"))
+        model = STAGES[name]
+        p = _validate(model, params, ("stages", i, name), where_of)
+        out.append(Stage(name=name, params=p, line=int(where_of("stages", i).rsplit(":", 1)[1])))
+    seen: dict[str, int] = {}
+    for i, s in enumerate(out):
+        if s.name in seen:
+            raise _fail(where_of("stages", i), f"stage {s.name!r} appears twice",
+                        "merge the two entries into one")
+        seen[s.name] = i
+    for i, s in enumerate(out):
+        for later in out[i + 1:]:
+            if ORDER.index(later.name) < ORDER.index(s.name):
+                raise _fail(where_of("stages", out.index(later)),
+                            f"stage {later.name!r} cannot run after {s.name!r}",
+                            WHY_ORDER[later.name] + f"; the order is {' → '.join(ORDER)}")
+    if out[-1].name != "write":
+        out.append(Stage(name="write", params=WriteParams(), line=out[-1].line))
+    return tuple(out)

@@ -1,0 +1,24 @@
+"""Affine quantization of artifact tensors into MLX's format."""
+
+from __future__ import annotations
+
+import torch
+
+from ..formats import mlx_affine
+from ..recipe import QuantSpec
+
+STORE_DTYPE = torch.bfloat16
+
+
+def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec) -> tuple[dict, dict]:
+    """-> ({artifact tensors}, {module record for the metadata})."""
+    module = name[: -len(".weight")]
+    if spec.format == "none":
+        return {name: w.to(STORE_DTYPE)}, {"method": "none", "format": "bf16", "bits": 16}
+    q, scales, biases = mlx_affine.quantize_rtn(w, spec.bits, spec.group_size, STORE_DTYPE)
+    wq = mlx_affine.dequantize(q, scales, biases, spec.group_size).float()
+    words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.bits))
+    record = {"method": spec.method, "format": "affine", "bits": spec.bits,
+              "group_size": spec.group_size,
+              "proxy_rel_error": round(mlx_affine.proxy_error(w, wq), 6)}
+    return {name: words, f"{module}.scales": scales, f"{module}.biases": biases}, record
