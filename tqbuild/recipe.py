@@ -29,6 +29,11 @@ class RotateParams(Frozen):
     r2: Literal["random_hadamard", "off"] = "random_hadamard"
     seed: int = Field(42, ge=0, lt=2**32)
 
+    @field_validator("r1", "r2", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
+
 
 Bits = Literal[2, 3, 4, 5, 6, 8]
 GroupSize = Literal[32, 64, 128]
@@ -81,6 +86,7 @@ class NoParams(Frozen):
 
 class WriteParams(Frozen):
     shard_size: str = "2GB"
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
 
     @field_validator("shard_size")
     @classmethod

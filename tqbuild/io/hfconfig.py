@@ -19,7 +19,7 @@ def _rope_fields(cfg: dict) -> None:
 
 
 def artifact_config(source_config: dict, *, model_type: str | None, untied: bool,
-                    quantization: dict | None) -> dict:
+                    quantization: dict | None, dtype: str = "bfloat16") -> dict:
     cfg = copy.deepcopy(source_config)
     for k in ("_name_or_path", "_model_name_or_path", "transformers_version"):
         cfg.pop(k, None)
@@ -31,7 +31,7 @@ def artifact_config(source_config: dict, *, model_type: str | None, untied: bool
         c.setdefault("tie_word_embeddings", c.get("tie_word_embeddings", True))
     if model_type:
         cfg["model_type"] = model_type
-    cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
+    cfg["torch_dtype"] = cfg["dtype"] = dtype
     if quantization:
         cfg["quantization"] = quantization
         cfg["quantization_config"] = quantization

@@ -22,7 +22,7 @@ from ..io.source import Source
 from ..io.writer import ShardWriter
 from ..recipe import WriteParams
 from ..stages import norm_fold, rotate
-from ..stages.affine import STORE_DTYPE, quantize_tensor
+from ..stages.affine import DTYPES, quantize_tensor
 from ..stages.untie import untie
 from .graph import Plan, Unit
 
@@ -105,15 +105,15 @@ def process_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
 
 
 def emit_unit(plan: Plan, tensors: dict[str, torch.Tensor], writer: ShardWriter,
-              modules: dict) -> None:
+              modules: dict, dtype: torch.dtype) -> None:
     """HF tensors -> artifact layout -> quantized/bf16 -> shards."""
     for name, t in to_artifact(plan.family, tensors).items():
         module = name[: -len(".weight")]
         spec = plan.specs.get(module) if name.endswith(".weight") else None
         if spec is None:
-            writer.add(name, t.to(STORE_DTYPE))
+            writer.add(name, t.to(dtype))
             continue
-        out, record = quantize_tensor(name, t, spec)
+        out, record = quantize_tensor(name, t, spec, dtype)
         modules[module] = record
         for k, v in out.items():
             writer.add(k, v)
@@ -135,12 +135,14 @@ def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
                    dynamic_ncols=True)
         for unit in bar:
             bar.set_postfix_str(f"{unit.name} ({plan.units.index(unit) + 1}/{len(plan.units)})")
-            emit_unit(plan, process_unit(plan, source, unit, r1), writer, modules)
+            emit_unit(plan, process_unit(plan, source, unit, r1), writer, modules,
+                      DTYPES[write_params.dtype])
         shards = writer.finish()
         qp = plan.quantize
         quant = quantization_entry(plan.specs, qp.default) if qp else None
         cfg = artifact_config(plan.config, model_type=plan.family.artifact_model_type,
-                              untied=plan.tied and plan.has("untie"), quantization=quant)
+                              untied=plan.tied and plan.has("untie"), quantization=quant,
+                              dtype=write_params.dtype)
         write_json(tmp / "config.json", cfg)
         for f in source.passthrough_files():
             shutil.copyfile(f, tmp / f.name)

@@ -7,15 +7,16 @@ import torch
 from ..formats import mlx_affine
 from ..recipe import QuantSpec
 
-STORE_DTYPE = torch.bfloat16
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec) -> tuple[dict, dict]:
+def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
+                    dtype: torch.dtype = torch.bfloat16) -> tuple[dict, dict]:
     """-> ({artifact tensors}, {module record for the metadata})."""
     module = name[: -len(".weight")]
     if spec.format == "none":
-        return {name: w.to(STORE_DTYPE)}, {"method": "none", "format": "bf16", "bits": 16}
-    q, scales, biases = mlx_affine.quantize_rtn(w, spec.bits, spec.group_size, STORE_DTYPE)
+        return {name: w.to(dtype)}, {"method": "none", "format": "bf16", "bits": 16}
+    q, scales, biases = mlx_affine.quantize_rtn(w, spec.bits, spec.group_size, dtype)
     wq = mlx_affine.dequantize(q, scales, biases, spec.group_size).float()
     words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.bits))
     record = {"method": spec.method, "format": "affine", "bits": spec.bits,

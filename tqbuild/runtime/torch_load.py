@@ -1,0 +1,85 @@
+"""Load an artifact (bf16 or MLX affine) into a transformers model, float32.
+
+Affine tensors are dequantized exactly as MLX does; the artifact layout is
+mapped back to transformers' (io.layout.to_hf)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ..formats import mlx_affine
+from ..io.layout import to_hf
+from ..models import family_for
+
+HF_TEXT_TYPES = {"qwen3_5": "qwen3_5_text"}
+
+
+def read_artifact_tensors(path: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for f in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as h:
+            for k in h.keys():
+                out[k] = h.get_tensor(k)
+    return out
+
+
+def dequantized_state(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config, artifact-named float32 weights with affine modules dequantized)."""
+    path = Path(path)
+    cfg = json.loads((path / "config.json").read_text())
+    quant = cfg.get("quantization") or {}
+    raw = read_artifact_tensors(path)
+    out = {}
+    for k, t in raw.items():
+        if k.endswith((".scales", ".biases")):
+            continue
+        module = k[: -len(".weight")]
+        if k.endswith(".weight") and f"{module}.scales" in raw:
+            spec = quant.get(module, quant)
+            q = torch.from_numpy(mlx_affine.unpack(t.numpy(), spec["bits"]).astype("int32"))
+            w = mlx_affine.dequantize(q, raw[f"{module}.scales"], raw[f"{module}.biases"],
+                                      spec["group_size"])
+            out[k] = w.float()
+        else:
+            out[k] = t.float()
+    return cfg, out
+
+
+def hf_config(cfg: dict):
+    from transformers import AutoConfig
+
+    c = dict(cfg)
+    for k in ("quantization", "quantization_config"):
+        c.pop(k, None)
+    mt = c.pop("model_type")
+    mt = HF_TEXT_TYPES.get(mt, mt) if "text_config" not in c else mt
+    return AutoConfig.for_model(mt, **c)
+
+
+def load_torch(path: Path, dtype=torch.float32):
+    """An artifact as a transformers CausalLM (eval mode, `dtype`).
+
+    The artifact is rewritten to a transformers-layout checkpoint in a temp
+    dir (values unchanged: bf16 holds every stored and dequantized value
+    exactly), so transformers' own loader applies its conversions (fused
+    experts and the like)."""
+    import tempfile
+
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    cfg, weights = dequantized_state(path)
+    fam = family_for(cfg["model_type"])
+    state = {k: v.to(torch.bfloat16).contiguous() for k, v in to_hf(fam, weights).items()}
+    config = hf_config(cfg)
+    hf_logging.disable_progress_bar()
+    with tempfile.TemporaryDirectory() as tmp:
+        save_file(state, f"{tmp}/model.safetensors", metadata={"format": "pt"})
+        config.save_pretrained(tmp)
+        model = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype)
+    return model.eval()
