@@ -28,7 +28,8 @@ def read_artifact_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def dequantized_state(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(config, artifact-named float32 weights with affine modules dequantized)."""
+    """(config, artifact-named weights, affine modules dequantized exactly as MLX
+    does; every tensor keeps the dtype it is stored or computed in)."""
     path = Path(path)
     cfg = json.loads((path / "config.json").read_text())
     quant = cfg.get("quantization") or {}
@@ -43,9 +44,9 @@ def dequantized_state(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
             q = torch.from_numpy(mlx_affine.unpack(t.numpy(), spec["bits"]).astype("int32"))
             w = mlx_affine.dequantize(q, raw[f"{module}.scales"], raw[f"{module}.biases"],
                                       spec["group_size"])
-            out[k] = w.float()
+            out[k] = w
         else:
-            out[k] = t.float()
+            out[k] = t
     return cfg, out
 
 
@@ -63,10 +64,9 @@ def hf_config(cfg: dict):
 def load_torch(path: Path, dtype=torch.float32):
     """An artifact as a transformers CausalLM (eval mode, `dtype`).
 
-    The artifact is rewritten to a transformers-layout checkpoint in a temp
-    dir (values unchanged: bf16 holds every stored and dequantized value
-    exactly), so transformers' own loader applies its conversions (fused
-    experts and the like)."""
+    The artifact is rewritten, values unchanged, to a transformers-layout
+    checkpoint in a temp dir, so transformers' own loader applies its
+    conversions (fused experts and the like)."""
     import tempfile
 
     from safetensors.torch import save_file
@@ -75,7 +75,7 @@ def load_torch(path: Path, dtype=torch.float32):
 
     cfg, weights = dequantized_state(path)
     fam = family_for(cfg["model_type"])
-    state = {k: v.to(torch.bfloat16).contiguous() for k, v in to_hf(fam, weights).items()}
+    state = {k: v.contiguous() for k, v in to_hf(fam, weights).items()}
     config = hf_config(cfg)
     hf_logging.disable_progress_bar()
     with tempfile.TemporaryDirectory() as tmp:

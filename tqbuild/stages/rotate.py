@@ -19,10 +19,12 @@ def rotation(seed: int, n: int, lane: int) -> torch.Tensor:
 
 
 def rotate_readers_input(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """W ← W · R on the input dim (embedding rows too)."""
     return w @ r
 
 
 def rotate_writer_output(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """W ← Rᵀ · W on the output dim (a bias as a column)."""
     return r.T @ w
 
 
@@ -40,7 +42,8 @@ def r1_layer(tensors: dict[str, torch.Tensor], family: Family, prefix: str,
             key = f"{prefix}{m}{suffix}"
             if key in tensors:
                 t = tensors[key]
-                tensors[key] = (r1.T @ t) if t.ndim == 2 else (r1.T @ t[:, None])[:, 0]
+                tensors[key] = rotate_writer_output(t if t.ndim == 2 else t[:, None], r1
+                                                    ).reshape(t.shape)
                 touched.append(key)
     return touched
 
