@@ -6,7 +6,7 @@ import difflib
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -230,8 +230,15 @@ def _expected(model: type[BaseModel], loc: tuple) -> str:
         f = fields[loc[-1]]
     except (KeyError, AttributeError, TypeError):
         return ""
-    ann = str(f.annotation).replace("typing.", "")
-    return f"a value of type {ann}"
+    ann = f.annotation
+    options = [a for a in get_args(ann) if a is not type(None)]
+    if options and all(get_origin(a) is Literal for a in options):
+        options = [v for a in options for v in get_args(a)]
+    elif get_origin(ann) is Literal:
+        options = list(get_args(ann))
+    if options and not any(isinstance(o, type) for o in options):
+        return "one of " + ", ".join(repr(o) for o in options)
+    return f"a value of type {str(ann).replace('typing.', '')}"
 
 
 def load(path: str | Path) -> Recipe:

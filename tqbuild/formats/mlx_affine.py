@@ -65,6 +65,15 @@ def dequantize(q: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
     return w.reshape(*lead, n)
 
 
+def dequant_hash(w: torch.Tensor) -> str:
+    """sha256 of the dequantized values' raw bytes (little-endian, row-major):
+    the reconstruction any runtime must reproduce bit for bit."""
+    import hashlib
+
+    raw = w.contiguous().view(torch.int16 if w.element_size() == 2 else torch.int32)
+    return hashlib.sha256(raw.numpy().tobytes()).hexdigest()
+
+
 def proxy_error(w: torch.Tensor, wq: torch.Tensor) -> float:
     """Relative Frobenius error ||W − Q|| / ||W||."""
     return float(torch.linalg.norm(w - wq) / torch.linalg.norm(w).clamp_min(1e-30))

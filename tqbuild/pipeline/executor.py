@@ -78,10 +78,11 @@ def process_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
     """Source tensors of one unit -> folded float32 tensors, HF names."""
     fam = plan.family
     if unit.kind == "head":
-        norm_key, head_src = unit.keys
-        head = source.get(head_src)
-        t = {norm_key: source.get(norm_key),
-             f"{fam.lm_head}.weight": untie(head) if plan.tied else head}
+        t = {unit.keys[0]: source.get(unit.keys[0])}
+        if not plan.emits_lm_head:
+            return t
+        head = source.get(unit.keys[1])
+        t[f"{fam.lm_head}.weight"] = untie(head) if plan.tied else head
         if plan.has("norm_fold"):
             norm_fold.fold_final(t, fam)
         if r1 is not None:

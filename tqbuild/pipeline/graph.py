@@ -52,6 +52,11 @@ class Plan:
         return stage in self.stage_names
 
     @property
+    def emits_lm_head(self) -> bool:
+        """A tied model stays tied (no lm_head tensor) unless `untie` runs."""
+        return not self.tied or self.has("untie")
+
+    @property
     def r1_on(self) -> bool:
         return self.rotate is not None and self.rotate.r1 != "off"
 
@@ -133,7 +138,9 @@ def _make_units(plan: Plan, keys: list[str]) -> None:
         lk = [k for k in keys if k.startswith(pre)]
         units.append(Unit(f"layer {i}", "layer", i, lk))
         claimed.update(lk)
-    head = [f"{fam.final_norm}.weight", lm_head_source(fam, plan.config, keys)]
+    head = [f"{fam.final_norm}.weight"]
+    if plan.emits_lm_head:
+        head.append(lm_head_source(fam, plan.config, keys))
     units.append(Unit("head", "head", plan.num_layers, head))
     claimed.update(head)
     claimed.add(f"{fam.lm_head}.weight")
@@ -147,7 +154,7 @@ def _make_units(plan: Plan, keys: list[str]) -> None:
 
 def unit_hf_names(plan: Plan, unit: Unit) -> list[str]:
     """HF names a unit produces (lm_head is produced under its own name)."""
-    if unit.kind == "head":
+    if unit.kind == "head" and plan.emits_lm_head:
         return [f"{plan.family.final_norm}.weight", f"{plan.family.lm_head}.weight"]
     return list(unit.keys)
 

