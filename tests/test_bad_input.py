@@ -78,7 +78,8 @@ def test_wrong_type(tmp_path, src):
 
 def test_bad_stage_order(tmp_path, src):
     text = GOOD.format(src=src, out=tmp_path / "out")
-    text = text.replace("  - norm_fold\n  - rotate: {seed: 1}\n", "  - rotate: {seed: 1}\n  - norm_fold\n")
+    text = text.replace("  - norm_fold\n  - rotate: {seed: 1}\n",
+                        "  - rotate: {seed: 1}\n  - norm_fold\n")
     check_rejected(tmp_path, text, "r.yaml:7", "'norm_fold' cannot run after 'rotate'",
                    "untie → norm_fold → rotate")
 

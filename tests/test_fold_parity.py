@@ -7,7 +7,16 @@ import json
 
 import pytest
 import torch
-from tiny import FAMILIES, NO_R1, VOCAB, ZERO_CENTRED, fold_recipe, make_model, reload_source, save_bf16
+from tiny import (
+    FAMILIES,
+    NO_R1,
+    VOCAB,
+    ZERO_CENTRED,
+    fold_recipe,
+    make_model,
+    reload_source,
+    save_bf16,
+)
 
 from tqbuild.eval.metrics import compare, forward_logits
 from tqbuild.io.source import Source

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -17,9 +17,9 @@ from .errors import TQError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Offline quantization build tool: `tq-build RECIPE.yaml` builds it.")
 
-OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o",
+OutputOpt = Annotated[Path | None, typer.Option("--output", "-o",
                                                    help="Override the recipe's output dir.")]
-WorkdirOpt = Annotated[Optional[Path], typer.Option("--workdir",
+WorkdirOpt = Annotated[Path | None, typer.Option("--workdir",
                                                     help="Override the recipe's work dir root.")]
 
 

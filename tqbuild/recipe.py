@@ -203,7 +203,8 @@ def _validate(model: type[Frozen], data: Any, path: tuple, where_of) -> Frozen:
         dotted = ".".join(map(str, full))
         if err["type"] == "extra_forbidden":
             allowed = list(_fields_at(model, loc[:-1]))
-            raise _fail(where_of(*full), f"unknown key {loc[-1]!r} in {'.'.join(map(str, path)) or 'recipe'}",
+            scope = ".".join(map(str, path)) or "recipe"
+            raise _fail(where_of(*full), f"unknown key {loc[-1]!r} in {scope}",
                         _suggest(str(loc[-1]), allowed)) from None
         if err["type"] == "missing":
             raise _fail(where_of(*path), f"missing required key {dotted!r}",

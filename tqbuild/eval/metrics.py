@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 DECISIVE_MARGIN = 0.05  # logits; below it the teacher's own top-1 is a near-tie
 
 

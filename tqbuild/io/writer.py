@@ -51,7 +51,7 @@ class ShardWriter:
         names = ["model.safetensors"] if n == 1 else [
             f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)]
         weight_map = {}
-        for k, (keys, name) in enumerate(zip(self.shards, names), start=1):
+        for k, (keys, name) in enumerate(zip(self.shards, names, strict=True), start=1):
             os.replace(self.dir / f".shard-{k:05d}.tmp", self.dir / name)
             weight_map.update({key: name for key in keys})
         write_json(self.dir / "model.safetensors.index.json",

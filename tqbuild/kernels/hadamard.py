@@ -59,7 +59,7 @@ def check_size(n: int, what: str) -> None:
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _quarot(k: int) -> np.ndarray:
     with np.load(_CONSTANTS) as z:
         return z[f"quarot_had{k}"].astype(np.float64)

@@ -177,7 +177,8 @@ def touched_by(plan: Plan, unit: Unit) -> dict[str, list[str]]:
             out["norm_fold"] = t
         rot = []
         if plan.r1_on:
-            rot += [pre + m for m in linears_matching(mods, fam.residual_readers + fam.residual_writers)]
+            sides = fam.residual_readers + fam.residual_writers
+            rot += [pre + m for m in linears_matching(mods, sides)]
         if plan.r2_on:
             rot += [pre + fam.head_producer, pre + fam.head_consumer]
         if rot:

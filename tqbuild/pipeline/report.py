@@ -20,8 +20,9 @@ def describe(plan: Plan) -> str:
              f"output   {r.output}",
              "stages   " + " → ".join(plan.stage_names)]
     if plan.rotate:
-        lines.append(f"rotate   seed {plan.rotate.seed}; R1 {'n=' + str(plan.hidden) if plan.r1_on else 'off'}; "
-                     f"R2 {'n=' + str(plan.head_dim) if plan.r2_on else 'off'}")
+        r1 = f"n={plan.hidden}" if plan.r1_on else "off"
+        r2 = f"n={plan.head_dim}" if plan.r2_on else "off"
+        lines.append(f"rotate   seed {plan.rotate.seed}; R1 {r1}; R2 {r2}")
     lines.append("units")
     for u in plan.units:
         touched = plan.touched.get(u.name, {})
