@@ -23,15 +23,24 @@ def describe(plan: Plan) -> str:
         r1 = f"n={plan.hidden}" if plan.r1_on else "off"
         r2 = f"n={plan.head_dim}" if plan.r2_on else "off"
         lines.append(f"rotate   seed {plan.rotate.seed}; R1 {r1}; R2 {r2}")
-    lines.append("units")
+    lines.append("units (tensors read; tensors each stage changes)")
+    rows: list[tuple[str, str]] = []
     for u in plan.units:
         touched = plan.touched.get(u.name, {})
-        desc = "; ".join(f"{s}: {len(n)} tensor(s)" for s, n in touched.items()) or "pass-through"
-        lines.append(f"  {u.name:<10} reads {len(u.keys):>3} tensor(s); {desc}")
-    if plan.units and plan.num_layers:
-        first = next(u for u in plan.units if u.kind == "layer")
+        desc = f"reads {len(u.keys):>3}; " + (
+            "; ".join(f"{s} {len(n)}" for s, n in touched.items()) or "pass-through")
+        if rows and u.kind == "layer" and rows[-1][1] == desc and rows[-1][0].startswith("layer"):
+            first = rows[-1][0].split()[-1].split("-")[0]
+            rows[-1] = (f"layers {first}-{u.index}", desc)
+        else:
+            rows.append((u.name, desc))
+    lines += [f"  {name:<12} {desc}" for name, desc in rows]
+    first = next((u for u in plan.units if u.kind == "layer"), None)
+    if first is not None:
+        pre = f"{plan.family.layer_prefix}{first.index}."
         for stage, names in plan.touched.get(first.name, {}).items():
-            lines.append(f"  {first.name} {stage}: {', '.join(n.split('.', 3)[-1] for n in names)}")
+            short = sorted({n.removeprefix(pre) for n in names})
+            lines.append(f"  {first.name} {stage}: {', '.join(short)}")
     if plan.specs:
         kinds = Counter((s.format, s.method, s.bits if s.format == "affine" else None,
                          s.group_size if s.format == "affine" else None)
