@@ -95,27 +95,23 @@ stages:
     check_rejected(tmp_path, text, "r.yaml:6", "'rotate' cannot run after 'quantize'")
 
 
-def test_r2_on_gated_attention_family(tmp_path):
-    src = save_bf16(make_model("qwen3_5_text"), tmp_path / "q35")
+@pytest.mark.parametrize("model_type,rotate,needles", [
+    ("qwen3_5_text", "{r1: random_hadamard, r2: random_hadamard}",
+     ("r.yaml:7", "R2 is architecturally off", "r2: off")),
+    ("gemma3_text", "{r1: random_hadamard, r2: off}",
+     ("r.yaml:7", "R1 is invalid for gemma3_text", "r1: off")),
+])
+def test_rotation_invalid_for_family(tmp_path, model_type, rotate, needles):
+    src = save_bf16(make_model(model_type), tmp_path / model_type)
     text = f"""name: t
 source: {{path: {src}}}
 output: {tmp_path / 'out'}
 stages:
   - untie
   - norm_fold
-  - rotate: {{r1: random_hadamard, r2: random_hadamard}}
+  - rotate: {rotate}
 """
-    check_rejected(tmp_path, text, "r.yaml:7", "R2 is architecturally off", "r2: off")
-
-
-def test_r1_on_gemma3(tmp_path):
-    src = save_bf16(make_model("gemma3_text"), tmp_path / "g3")
-    text = f"""name: t
-source: {{path: {src}}}
-output: {tmp_path / 'out'}
-stages: [untie, norm_fold, rotate]
-"""
-    check_rejected(tmp_path, text, "R1 is invalid for gemma3_text", "r1: off")
+    check_rejected(tmp_path, text, *needles)
 
 
 def test_missing_source(tmp_path):
