@@ -21,9 +21,9 @@ FAMILIES: dict[str, dict] = {
     "qwen3_moe": dict(MOE, decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False),
     "qwen3_next": dict(**MOE, **LINEAR, shared_expert_intermediate_size=32,
                        layer_types=["linear_attention", "full_attention"],
-                       tie_word_embeddings=False),
+                       full_attention_interval=2, tie_word_embeddings=False),
     "qwen3_5_text": dict(LINEAR, layer_types=["linear_attention", "full_attention"],
-                         tie_word_embeddings=True),
+                         full_attention_interval=2, tie_word_embeddings=True),
     "gemma3_text": dict(tie_word_embeddings=True, sliding_window=8,
                         layer_types=["sliding_attention", "full_attention"]),
 }
