@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import RecipeError
 
@@ -40,18 +47,24 @@ GroupSize = Literal[32, 64, 128]
 
 
 class QuantSpec(Frozen):
-    method: Literal["rtn"] = "rtn"
+    method: Literal["rtn", "gptq"] = "rtn"
     format: Literal["affine", "none"] = "affine"
     bits: Bits = 4
     group_size: GroupSize = 64
+    damp: float = Field(0.01, gt=0, le=10, description="GPTQ damping, × mean diag(H)")
+    act_order: bool = False
+    block_size: int = Field(128, ge=1, le=4096)
 
 
 class QuantRule(Frozen):
     match: str
-    method: Literal["rtn"] | None = None
+    method: Literal["rtn", "gptq"] | None = None
     format: Literal["affine", "none"] | None = None
     bits: Bits | None = None
     group_size: GroupSize | None = None
+    damp: float | None = Field(None, gt=0, le=10)
+    act_order: bool | None = None
+    block_size: int | None = Field(None, ge=1, le=4096)
 
     @field_validator("match")
     @classmethod
@@ -63,14 +76,27 @@ class QuantRule(Frozen):
         return v
 
     def apply(self, base: QuantSpec) -> QuantSpec:
-        upd = {k: getattr(self, k) for k in ("method", "format", "bits", "group_size")
-               if getattr(self, k) is not None}
+        upd = {k: v for k, v in self.model_dump().items() if k != "match" and v is not None}
         return base.model_copy(update=upd)
+
+
+class GuardParams(Frozen):
+    """GPTQ divergence guard (seed W5c): scales above `scale_ratio` × the RTN
+    scale ceiling, or a failed Cholesky, escalate damping ×10 up to `max_damp`,
+    then fall back to RTN."""
+
+    scale_ratio: float = Field(4.0, gt=1)
+    max_damp: float = Field(10.0, gt=0)
 
 
 class QuantizeParams(Frozen):
     default: QuantSpec = QuantSpec()
     rules: tuple[QuantRule, ...] = ()
+    guard: GuardParams = GuardParams()
+
+    @property
+    def needs_hessians(self) -> bool:
+        return self.default.method == "gptq" or any(r.method == "gptq" for r in self.rules)
 
     def spec_for(self, module: str) -> QuantSpec:
         """First matching rule wins (re.search on the artifact module path)."""
@@ -82,6 +108,34 @@ class QuantizeParams(Frozen):
 
 class NoParams(Frozen):
     pass
+
+
+class CalibSource(Frozen):
+    files: str | tuple[str, ...] | None = Field(None, description="text / JSONL globs")
+    dataset: str | None = Field(None, description="a Hugging Face dataset in the local cache")
+    split: str = "train"
+    column: str = "text"
+    self_generated: bool = False
+
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        kinds = [k for k, v in (("files", self.files), ("dataset", self.dataset),
+                                ("self_generated", self.self_generated)) if v]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of `files`, `dataset` or `self_generated: true`"
+                             f" (got {kinds or 'none'})")
+        return self
+
+
+class CalibrateParams(Frozen):
+    source: CalibSource = CalibSource(self_generated=True)
+    samples: int = Field(128, ge=1, le=1_000_000)
+    seq_len: int = Field(128, ge=8, le=1_000_000)
+    seed: int = Field(0, ge=0)
+    hessians: Literal["original", "propagate"] = "original"
+    batch_size: int = Field(16, ge=1)
+    temperature: float = Field(1.0, gt=0, description="self_generated sampling temperature")
 
 
 class WriteParams(Frozen):
@@ -114,6 +168,7 @@ STAGES: dict[str, type[Frozen]] = {
     "untie": NoParams,
     "norm_fold": NoParams,
     "rotate": RotateParams,
+    "calibrate": CalibrateParams,
     "quantize": QuantizeParams,
     "write": WriteParams,
 }
@@ -123,6 +178,8 @@ WHY_ORDER = {
     "rotations fold into full-precision weights, so they come before quantize",
     "norm_fold": "γ folds into full-precision weights: untie, then norm_fold, then rotate",
     "untie": "untie must come first: later folds transform lm_head but not embed_tokens",
+    "calibrate": "Hessians are captured in the folded (rotated) basis: calibrate comes after "
+    "every fold and before quantize",
     "quantize": "quantize works on the folded weights, after every fold",
     "write": "write is the last stage",
 }
@@ -160,7 +217,7 @@ class Recipe(Frozen):
         return self.file
 
 
-TOP_KEYS = {"name", "source", "output", "workdir", "stages"}
+TOP_KEYS = {"name", "source", "output", "workdir", "stages", "calibration"}
 
 
 def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
@@ -293,13 +350,13 @@ def load(path: str | Path) -> Recipe:
     if (source.path is None) == (source.package is None):
         raise _fail(where_of("source"), "source needs exactly one of `path` or `package`",
                     "give `path: DIR_OR_GGUF` or `package: NAME` with `file: GLOB`")
-    stages = _parse_stages(data["stages"], where_of)
+    stages = _parse_stages(data["stages"], where_of, data.get("calibration"))
     return Recipe(name=data["name"], source=source, output=data["output"],
                   workdir=data.get("workdir", ".tq-work"), stages=stages, file=file, text=text,
                   lines=lines)
 
 
-def _parse_stages(raw: Any, where_of) -> tuple[Stage, ...]:
+def _parse_stages(raw: Any, where_of, calibration: Any = None) -> tuple[Stage, ...]:
     if not isinstance(raw, list) or not raw:
         raise _fail(where_of("stages"), "stages must be a non-empty list",
                     f"list stages in order, e.g. {ORDER}")
@@ -316,7 +373,14 @@ def _parse_stages(raw: Any, where_of) -> tuple[Stage, ...]:
             raise _fail(where_of("stages", i), f"unknown stage {name!r}",
                         _suggest(str(name), ORDER).replace("allowed keys", "stages"))
         model = STAGES[name]
-        p = _validate(model, params, ("stages", i, name), where_of)
+        path: tuple = ("stages", i, name)
+        if name == "calibrate" and calibration is not None:
+            if params is not None:
+                raise _fail(where_of("calibration"), "calibration settings are given twice "
+                            "(top-level `calibration:` and `calibrate:` stage params)",
+                            "keep one of them")
+            params, path = calibration, ("calibration",)
+        p = _validate(model, params, path, where_of)
         out.append(Stage(name=name, params=p, line=int(where_of("stages", i).rsplit(":", 1)[1])))
     seen: dict[str, int] = {}
     for i, s in enumerate(out):
@@ -330,6 +394,16 @@ def _parse_stages(raw: Any, where_of) -> tuple[Stage, ...]:
                 raise _fail(where_of("stages", out.index(later)),
                             f"stage {later.name!r} cannot run after {s.name!r}",
                             WHY_ORDER[later.name] + f"; the order is {' → '.join(ORDER)}")
+    names = [s.name for s in out]
+    if calibration is not None and "calibrate" not in names:
+        raise _fail(where_of("calibration"), "`calibration:` is set but no stage uses it",
+                    "add `- calibrate` before `- quantize`, or remove `calibration:`")
+    q = next((s for s in out if s.name == "quantize"), None)
+    if q is not None and q.params.needs_hessians and "calibrate" not in names:
+        raise _fail(f"{where_of('stages', names.index('quantize'))}",
+                    "method gptq needs Hessians, and no `calibrate` stage captures them",
+                    "add `- calibrate` (default: 128 self-generated samples of 128 tokens) "
+                    "before `- quantize`, or use method rtn")
     if out[-1].name != "write":
         out.append(Stage(name="write", params=WriteParams(), line=out[-1].line))
     return tuple(out)
