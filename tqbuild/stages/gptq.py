@@ -36,7 +36,8 @@ class AffineResult:
     rtn_proxy_loss: float = 0.0
 
 
-def group_params(w: torch.Tensor, bits: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def group_params(w: torch.Tensor, bits: int, dtype: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RTN affine parameters of column block w [rows, g], rounded to `dtype`."""
     lo, hi = w.amin(-1), w.amax(-1)
     scales = ((hi - lo) / ((1 << bits) - 1)).to(dtype)
