@@ -47,6 +47,11 @@ def build(
     workdir: WorkdirOpt = None,
     force: Annotated[bool, typer.Option(help="Replace an output dir that holds "
                                               "something else.")] = False,
+    rerun_layers: Annotated[str | None, typer.Option(
+        "--rerun-layers", help="Recompute these layers even if checkpointed, e.g. 3,7-9 "
+        "(in `propagate` mode everything downstream too).")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N for Hessians and "
+                                             "GPTQ.")] = "cpu",
 ) -> None:
     """Build the artifact a recipe describes.
 
@@ -54,10 +59,38 @@ def build(
     """
     from .pipeline.executor import build as run_build
 
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
+    layers = parse_layers(rerun_layers) if rerun_layers else set()
     r, plan, source, gguf = _prepare(recipe, workdir)
     out = Path(output or r.output)
-    res = run_build(plan, source, out, force=force, gguf=gguf, log=_log)
-    typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s))")
+    try:
+        res = run_build(plan, source, out, force=force, gguf=gguf, log=_log,
+                        workdir=Path(workdir or r.workdir), rerun_layers=layers,
+                        device=device)
+    except KeyboardInterrupt:
+        again = " ".join(["tq-build", *sys.argv[2 if sys.argv[1:2] == ["build"] else 1:]])
+        typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "
+                   f"resume with: {again}", err=True)
+        raise SystemExit(130) from None
+    typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s), "
+               f"{len(res.computed)}/{len(plan.units)} units computed)")
+
+
+def parse_layers(spec: str) -> set[int]:
+    """'3,7-9' -> {3, 7, 8, 9}."""
+    from .errors import BadInput
+
+    out: set[int] = set()
+    for part in spec.split(","):
+        try:
+            lo, _, hi = part.strip().partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise BadInput(f"--rerun-layers: {part!r} is not a layer number or range",
+                           fix="use a list like 3,7-9") from None
+    return out
 
 
 @app.command()

@@ -34,7 +34,8 @@ def weight_transforms(plan) -> list[dict]:
     }]
 
 
-def build_metadata(plan, *, source_hashes: dict, gguf: dict | None, modules: dict) -> dict:
+def build_metadata(plan, *, source_hashes: dict, gguf: dict | None, modules: dict,
+                   calibration: dict | None = None, guard_events: list | None = None) -> dict:
     r = plan.recipe
     return {
         "format_version": FORMAT_VERSION,
@@ -43,8 +44,8 @@ def build_metadata(plan, *, source_hashes: dict, gguf: dict | None, modules: dic
         "source": {"model_type": plan.config.get("model_type"), "files": source_hashes,
                    "gguf": gguf},
         "weight_transforms": weight_transforms(plan),
-        "calibration": None,
-        "guard_events": [],
+        "calibration": calibration,
+        "guard_events": guard_events or [],
         "dropped_tensors": plan.dropped,
         "modules": modules,
         "quality": {},

@@ -1,14 +1,21 @@
-"""Run a compiled plan one unit (embed, layer i, head) at a time: read the
-unit's source tensors, apply the stages, quantize, stream into shards. The
-output appears only when complete (built in a temp dir, then renamed)."""
+"""Run a compiled plan one unit (embed, layer i, head) at a time.
+
+Phase 1 computes every unit whose checkpoint is missing or stale (its
+fingerprint covers everything it depends on): read the unit's source tensors,
+fold, capture Hessians by running the layer on the calibration activations,
+quantize, checkpoint. Phase 2 streams the checkpoints into shards in a temp
+output dir and renames it into place. A killed build resumes at phase 1 and,
+since phase 2 reads only checkpoints, writes a byte-identical artifact."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -17,7 +24,7 @@ from ..formats.metadata import build_metadata
 from ..io.atomic import replace_dir, write_json
 from ..io.hashing import sha256_file
 from ..io.hfconfig import artifact_config, quantization_entry
-from ..io.layout import to_artifact
+from ..io.layout import to_artifact, to_hf
 from ..io.source import Source
 from ..io.writer import ShardWriter
 from ..recipe import WriteParams
@@ -25,6 +32,7 @@ from ..stages import norm_fold, rotate
 from ..stages.affine import DTYPES, quantize_tensor
 from ..stages.untie import untie
 from .graph import Plan, Unit
+from .workdir import WorkDir, fingerprint
 
 
 @dataclass
@@ -33,13 +41,12 @@ class BuildResult:
     seconds: float
     shards: list[str]
     modules: dict
+    computed: list[str] = field(default_factory=list)  # units (re)computed this run
 
 
 def check_output(output: Path, recipe_name: str, force: bool) -> None:
     meta = output / "optiq_metadata.json"
     if output.exists() and not force:
-        import json
-
         prev = None
         if meta.is_file():
             try:
@@ -50,11 +57,10 @@ def check_output(output: Path, recipe_name: str, force: bool) -> None:
             raise OutputError(f"output directory {output} exists and is not a build of "
                               f"recipe {recipe_name!r}",
                               fix="choose another --output, delete it, or pass --force")
-    parent = output.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise OutputError(f"cannot create the output's parent directory {parent}: "
+        raise OutputError(f"cannot create the output's parent directory {output.parent}: "
                           f"{e.strerror}", fix="choose a writable --output") from None
 
 
@@ -64,17 +70,14 @@ def _temp_dir(output: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
-        probe = tmp / ".probe"
-        probe.write_bytes(b"")
-        probe.unlink()
     except OSError as e:
         raise OutputError(f"output location {output.parent} is not writable: {e.strerror}",
                           fix="choose a writable --output") from None
     return tmp
 
 
-def process_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
-                 ) -> dict[str, torch.Tensor]:
+def fold_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
+              ) -> dict[str, torch.Tensor]:
     """Source tensors of one unit -> folded float32 tensors, HF names."""
     fam = plan.family
     if unit.kind == "head":
@@ -86,12 +89,12 @@ def process_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
         if plan.has("norm_fold"):
             norm_fold.fold_final(t, fam)
         if r1 is not None:
-            t[f"{fam.lm_head}.weight"] = rotate.rotate_readers_input(t[f"{fam.lm_head}.weight"], r1)
+            key = f"{fam.lm_head}.weight"
+            t[key] = rotate.rotate_readers_input(t[key], r1)
         return t
     t = {k: source.get(k) for k in unit.keys}
     if unit.kind == "embed" and r1 is not None:
-        k = unit.keys[0]
-        t[k] = rotate.rotate_readers_input(t[k], r1)
+        t[unit.keys[0]] = rotate.rotate_readers_input(t[unit.keys[0]], r1)
     elif unit.kind == "layer":
         pre = f"{fam.layer_prefix}{unit.index}."
         if plan.has("norm_fold"):
@@ -105,55 +108,309 @@ def process_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
     return t
 
 
-def emit_unit(plan: Plan, tensors: dict[str, torch.Tensor], writer: ShardWriter,
-              modules: dict, dtype: torch.dtype) -> None:
-    """HF tensors -> artifact layout -> quantized/bf16 -> shards."""
-    for name, t in to_artifact(plan.family, tensors).items():
-        module = name[: -len(".weight")]
-        spec = plan.specs.get(module) if name.endswith(".weight") else None
-        if spec is None:
-            writer.add(name, t.to(dtype))
-            continue
-        out, record = quantize_tensor(name, t, spec, dtype)
-        modules[module] = record
-        for k, v in out.items():
-            writer.add(k, v)
+class Builder:
+    """One build: fingerprints, calibration state, unit computation, assembly."""
+
+    def __init__(self, plan: Plan, source: Source, wd: WorkDir, *, device: str = "cpu",
+                 log=print, progress: bool = True):
+        self.plan, self.source, self.wd = plan, source, wd
+        self.device, self.log, self.progress = device, log, progress
+        self.fam = plan.family
+        self.write = plan.recipe.stage("write") or WriteParams()
+        self.dtype = DTYPES[self.write.dtype]
+        self.calib = plan.recipe.stage("calibrate")
+        q = plan.quantize
+        self.hessian_units = set()
+        if self.calib is not None and q is not None:
+            for module, spec in plan.specs.items():
+                if spec.method == "gptq" and spec.format == "affine":
+                    self.hessian_units.add(self._unit_of_module(module))
+        self.r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) if plan.r1_on else None
+        self.src_fp = fingerprint(source.file_hashes())
+        stage_params = {s.name: s.params.model_dump() for s in plan.recipe.stages
+                        if s.name in ("untie", "norm_fold", "rotate")}
+        self.fold_fp = fingerprint(self.fam.model_type, stage_params, self.write.dtype)
+        self.ids: np.ndarray | None = None
+        self.token_sha: str | None = None
+        self.runner = None
+        self.x: torch.Tensor | None = None  # activations entering the next layer
+        self.x_layer = -1  # those activations come after this layer (-1: embeddings)
+        self.act_fp: dict[int, str] = {}
+
+    # ---- fingerprints ---------------------------------------------------------
+    def _unit_of_module(self, module: str) -> str:
+        from .graph import _unit_of
+
+        return _unit_of(self.plan, module + ".weight")
+
+    def unit_specs(self, unit: Unit) -> dict:
+        mine = {m: s.model_dump() for m, s in self.plan.specs.items()
+                if self._unit_of_module(m) == unit.name}
+        return dict(sorted(mine.items()))
+
+    def unit_fp(self, unit: Unit) -> str:
+        uses_h = unit.name in self.hessian_units
+        upstream = self.act_fp[unit.index - 1] if uses_h else None
+        guard = self.plan.quantize.guard.model_dump() if self.plan.quantize else None
+        return fingerprint("unit-v1", unit.name, self.src_fp, self.fold_fp,
+                           self.unit_specs(unit), guard, upstream)
+
+    # ---- calibration ----------------------------------------------------------
+    def start_calibration(self) -> None:
+        from ..stages.calib_data import calibration_ids, token_hash
+        from ..stages.layer_forward import LayerRunner
+
+        p = self.calib
+        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump())
+        f = self.wd.calib_file(cfp)
+        if f.is_file():
+            self.ids = np.load(f)
+        else:
+            where = self.plan.recipe.line_of("stages")
+            self.ids = calibration_ids(p, self.source.path, where, log=self.log)
+            self.wd.save_calib(cfp, self.ids)
+        self.token_sha = token_hash(self.ids)
+        self.runner = LayerRunner(self.plan.config, self.fam, self.device)
+        self.act_fp[-1] = fingerprint("acts-v1", self.src_fp, self.fold_fp, self.token_sha)
+        mode = p.hessians
+        for i in range(self.plan.num_layers):
+            unit = self.plan.units[i + 1]
+            link = self.unit_fp(unit) if mode == "propagate" else i
+            self.act_fp[i] = fingerprint(self.act_fp[i - 1], mode, link)
+
+    def embeddings(self) -> torch.Tensor:
+        w = fold_unit(self.plan, self.source, self.plan.units[0], self.r1)
+        return self.runner.embed(w[f"{self.fam.embed}.weight"], torch.from_numpy(self.ids))
+
+    def acts_before(self, i: int) -> torch.Tensor:
+        """Activations entering layer i, from memory, the work dir, or recomputed."""
+        if self.x is not None and self.x_layer == i - 1:
+            return self.x
+        j = i - 1
+        x = None
+        while j >= 0:
+            x = self.wd.load_acts(j, self.act_fp[j])
+            if x is not None:
+                break
+            j -= 1
+        if x is None:
+            x = self.embeddings()
+        for k in range(j + 1, i):  # replay forward-only through layers without saved acts
+            layer = self._layer_for_forward(k)
+            x = self.runner.run(k, layer, x, self.calib.batch_size)
+            self.wd.save_acts(k, self.act_fp[k], x)
+        self.x, self.x_layer = x, i - 1
+        return x
+
+    def _layer_for_forward(self, i: int):
+        unit = self.plan.units[i + 1]
+        hf = fold_unit(self.plan, self.source, unit, self.r1)
+        if self.calib.hessians == "propagate":
+            cached = self.wd.load_unit(unit.name, self.unit_fp(unit))
+            hf.update(self._dequantized_hf(cached[0]))
+        pre = f"{self.fam.layer_prefix}{i}."
+        return self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
+
+    def _dequantized_hf(self, art: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        from ..formats import mlx_affine
+
+        deq = {}
+        for name, t in art.items():
+            module = name[: -len(".weight")]
+            if name.endswith(".weight") and f"{module}.scales" in art:
+                spec = self.plan.specs[module]
+                q = torch.from_numpy(mlx_affine.unpack(t.numpy(), spec.bits).astype(np.int32))
+                deq[name] = mlx_affine.dequantize(q, art[f"{module}.scales"],
+                                                  art[f"{module}.biases"], spec.group_size).float()
+            elif not name.endswith((".scales", ".biases")):
+                deq[name] = t.float()
+        return to_hf(self.fam, deq)
+
+    # ---- computing one unit -----------------------------------------------------
+    def compute(self, unit: Unit, bar) -> tuple[dict[str, torch.Tensor], dict]:
+        t0 = time.perf_counter()
+        hf = fold_unit(self.plan, self.source, unit, self.r1)
+        hessians: dict[str, torch.Tensor] = {}
+        if unit.name in self.hessian_units and unit.kind == "layer":
+            hessians = self._layer_hessians(unit, hf, bar)
+        elif unit.name in self.hessian_units and unit.kind == "head":
+            hessians = self._head_hessian(hf)
+        bar.set_postfix_str(f"{unit.name}: quantize")
+        art = to_artifact(self.fam, hf)
+        out: dict[str, torch.Tensor] = {}
+        modules: dict[str, dict] = {}
+        for name, t in art.items():
+            module = name[: -len(".weight")]
+            spec = self.plan.specs.get(module) if name.endswith(".weight") else None
+            if spec is None:
+                out[name] = t.to(self.dtype)
+                continue
+            hs = self._hessians_for(module, t, hessians)
+            tensors, record = quantize_tensor(name, t.to(self.device), spec, self.dtype, hs,
+                                              self.plan.quantize.guard)
+            if record.get("guard_events"):
+                self._dump_failing(module, hs, record["guard_events"])
+            modules[module] = record
+            out.update(tensors)
+        if unit.kind == "layer" and self.runner is not None:
+            self._advance(unit, hf, out)
+        return out, {"modules": modules, "seconds": round(time.perf_counter() - t0, 3)}
+
+    def _layer_hessians(self, unit: Unit, hf: dict, bar) -> dict[str, torch.Tensor]:
+        from ..stages.hessian import HessianCapture
+
+        i = unit.index
+        x = self.acts_before(i)
+        pre = f"{self.fam.layer_prefix}{i}."
+        layer = self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
+        bar.set_postfix_str(f"{unit.name}: hessians")
+        cap = HessianCapture(layer, self.calib.seq_len)
+        y = self.runner.run(i, layer, x, self.calib.batch_size, on_batch=cap.start_batch)
+        cap.close()
+        self._pending_y = y  # original-mode output, reused by _advance
+        return {f"{pre}{name}": cap.for_module(name) for name in cap.alias}
+
+    def _head_hessian(self, hf: dict) -> dict[str, torch.Tensor]:
+        x = self.acts_before(self.plan.num_layers)
+        norm_w = hf[f"{self.fam.final_norm}.weight"].to(x.device)
+        eps = float(self.plan.config.get("rms_norm_eps", 1e-6))
+        gain = 1.0 + norm_w if self.fam.zero_centred_norms else norm_w
+        h = torch.zeros(x.shape[-1], x.shape[-1], dtype=torch.float64, device=x.device)
+        for xs in x:  # per sample, in order
+            xn = (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * gain).double()
+            h += xn.T @ xn
+        return {f"{self.fam.lm_head}.weight": h}
+
+    def _hessians_for(self, module: str, t: torch.Tensor, hessians: dict
+                      ) -> list[torch.Tensor | None] | None:
+        if not hessians:
+            return None
+        hf_name = module[len(self.fam.artifact_prefix):] if self.fam.artifact_prefix else module
+        if t.ndim == 2:
+            return [hessians.get(hf_name + ".weight", hessians.get(hf_name))]
+        base, proj = hf_name.rsplit(".switch_mlp.", 1)
+        return [hessians.get(f"{base}.experts.{e}.{proj}") for e in range(t.shape[0])]
+
+    def _dump_failing(self, module: str, hs, events) -> None:
+        if hs and any(e["event"] in ("cholesky_failed", "scale_diverged") for e in events):
+            tensors = {f"H{i}": h for i, h in enumerate(hs) if h is not None}
+            if tensors:
+                self.wd.save_debug(module.replace("/", "_"), tensors, {"events": events})
+
+    def _advance(self, unit: Unit, hf: dict, quantized: dict) -> None:
+        """Activations after this layer: the unquantized layer's (original) or the
+        quantized layer's (propagate)."""
+        i = unit.index
+        y = getattr(self, "_pending_y", None)
+        self._pending_y = None
+        if self.calib.hessians == "propagate" or y is None:
+            x = self.acts_before(i)
+            state = dict(hf)
+            if self.calib.hessians == "propagate":
+                state.update(self._dequantized_hf(quantized))
+            pre = f"{self.fam.layer_prefix}{i}."
+            layer = self.runner.layer(i, {k[len(pre):]: v for k, v in state.items()})
+            y = self.runner.run(i, layer, x, self.calib.batch_size)
+        self.wd.save_acts(i, self.act_fp[i], y)
+        self.x, self.x_layer = y, i
+
+    # ---- the whole build ----------------------------------------------------------
+    def run(self, rerun: set[int]) -> tuple[dict[str, str], list[str], dict]:
+        plan = self.plan
+        if self.calib is not None and self.hessian_units:
+            self.start_calibration()
+        forced = set()
+        for u in plan.units:
+            if u.kind == "layer" and u.index in rerun:
+                forced.add(u.name)
+                if self.calib is not None and self.calib.hessians == "propagate":
+                    forced.update(v.name for v in plan.units if v.index > u.index
+                                  and v.kind in ("layer", "head"))
+        fps, computed, stats = {}, [], {}
+        bar = tqdm(plan.units, desc=plan.recipe.name, unit="unit", disable=not self.progress,
+                   dynamic_ncols=True)
+        n_layers = plan.num_layers
+        for unit in bar:
+            where = (f"layer {unit.index + 1}/{n_layers}" if unit.kind == "layer" else unit.name)
+            bar.set_postfix_str(where)
+            fp = self.unit_fp(unit)
+            fps[unit.name] = fp
+            cached = None if unit.name in forced else self.wd.load_unit(unit.name, fp)
+            if cached is None:
+                tensors, st = self.compute(unit, bar)
+                self.wd.save_unit(unit.name, fp, tensors, st)
+                computed.append(unit.name)
+                stats[unit.name] = st
+                del tensors
+            else:
+                stats[unit.name] = cached[1]
+        return fps, computed, stats
 
 
 def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
-          gguf: Path | None = None, log=print, progress: bool = True) -> BuildResult:
+          gguf: Path | None = None, log=print, progress: bool = True,
+          workdir: Path | None = None, rerun_layers: set[int] | None = None,
+          device: str = "cpu") -> BuildResult:
     t0 = time.perf_counter()
     recipe = plan.recipe
     output = Path(output)
     check_output(output, recipe.name, force)
+    wd = WorkDir(Path(workdir or recipe.workdir), recipe.name)
+    wd.lock()
+    try:
+        builder = Builder(plan, source, wd, device=device, log=log, progress=progress)
+        fps, computed, stats = builder.run(set(rerun_layers or ()))
+        shards, modules = assemble(builder, fps, output, gguf)
+        report = {"recipe": recipe.name, "seconds": round(time.perf_counter() - t0, 2),
+                  "computed_units": computed,
+                  "unit_seconds": {u: s.get("seconds") for u, s in stats.items()}}
+        write_json(wd.path / "report.json", report)
+    finally:
+        wd.unlock()
+    return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=shards,
+                       modules=modules, computed=computed)
+
+
+def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
+             ) -> tuple[list[str], dict]:
+    """Checkpoints -> shards + config + metadata in a temp dir, renamed into place."""
+    plan = b.plan
     tmp = _temp_dir(output)
     try:
-        write_params = recipe.stage("write") or WriteParams()
-        writer = ShardWriter(tmp, write_params.shard_bytes)
-        r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) if plan.r1_on else None
+        writer = ShardWriter(tmp, b.write.shard_bytes)
         modules: dict = {}
-        bar = tqdm(plan.units, desc=recipe.name, unit="unit", disable=not progress,
-                   dynamic_ncols=True)
-        for unit in bar:
-            bar.set_postfix_str(f"{unit.name} ({plan.units.index(unit) + 1}/{len(plan.units)})")
-            emit_unit(plan, process_unit(plan, source, unit, r1), writer, modules,
-                      DTYPES[write_params.dtype])
+        events: list = []
+        for unit in plan.units:
+            tensors, st = b.wd.load_unit(unit.name, fps[unit.name])
+            for k, v in tensors.items():
+                writer.add(k, v)
+            for m, rec in st["modules"].items():
+                modules[m] = rec
+                events += rec.get("guard_events", [])
+            del tensors
         shards = writer.finish()
         qp = plan.quantize
         quant = quantization_entry(plan.specs, qp.default) if qp else None
         cfg = artifact_config(plan.config, model_type=plan.family.artifact_model_type,
                               untied=plan.tied and plan.has("untie"), quantization=quant,
-                              dtype=write_params.dtype)
+                              dtype=b.write.dtype)
         write_json(tmp / "config.json", cfg)
-        for f in source.passthrough_files():
+        for f in b.source.passthrough_files():
             shutil.copyfile(f, tmp / f.name)
         gguf_info = {"file": gguf.name, "sha256": sha256_file(gguf)} if gguf else None
-        meta = build_metadata(plan, source_hashes=source.file_hashes(), gguf=gguf_info,
-                              modules=modules)
+        calib = None
+        if b.calib is not None and b.token_sha is not None:
+            c = b.calib
+            kind = ("files" if c.source.files else "dataset" if c.source.dataset
+                    else "self_generated")
+            calib = {"source": kind, **c.model_dump(), "token_sha256": b.token_sha}
+        meta = build_metadata(plan, source_hashes=b.source.file_hashes(), gguf=gguf_info,
+                              modules=modules, calibration=calib, guard_events=events)
         write_json(tmp / "optiq_metadata.json", meta)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
         replace_dir(tmp, output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=shards,
-                       modules=modules)
+    return shards, modules

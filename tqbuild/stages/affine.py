@@ -1,26 +1,65 @@
-"""Affine quantization of artifact tensors into MLX's format."""
+"""Affine quantization of one artifact tensor into MLX's format: RTN, or GPTQ
+with the Hessian(s) of its input (one per expert for stacked experts)."""
 
 from __future__ import annotations
 
 import torch
 
 from ..formats import mlx_affine
-from ..recipe import QuantSpec
+from ..recipe import GuardParams, QuantSpec
+from .gptq import AffineResult, gptq_guarded, proxy_loss
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+def _one(w: torch.Tensor, spec: QuantSpec, h: torch.Tensor | None, guard: GuardParams,
+         dtype: torch.dtype) -> AffineResult:
+    if spec.method == "gptq" and h is not None:
+        return gptq_guarded(w, h, spec.bits, spec.group_size, damp=spec.damp,
+                            block_size=spec.block_size, act_order=spec.act_order,
+                            scale_ratio=guard.scale_ratio, max_damp=guard.max_damp,
+                            dtype=dtype)
+    q, s, b = mlx_affine.quantize_rtn(w, spec.bits, spec.group_size, dtype)
+    res = AffineResult(q=q, scales=s, biases=b, method="rtn")
+    if h is not None:
+        res.proxy_loss = res.rtn_proxy_loss = proxy_loss(
+            w, mlx_affine.dequantize(q, s, b, spec.group_size), h)
+    if spec.method == "gptq":
+        res.events = [{"event": "no_hessian_rtn"}]
+    return res
+
+
 def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
-                    dtype: torch.dtype = torch.bfloat16) -> tuple[dict, dict]:
-    """-> ({artifact tensors}, {module record for the metadata})."""
+                    dtype: torch.dtype = torch.bfloat16,
+                    hessians: list[torch.Tensor | None] | None = None,
+                    guard: GuardParams = GuardParams()) -> tuple[dict, dict]:
+    """-> ({artifact tensors}, {module record for the metadata}).
+
+    `hessians` has one entry per matrix: one for a 2-D weight, one per expert
+    for a stacked [E, out, in] weight."""
     module = name[: -len(".weight")]
     if spec.format == "none":
-        return {name: w.to(dtype)}, {"method": "none", "format": "bf16", "bits": 16}
-    q, scales, biases = mlx_affine.quantize_rtn(w, spec.bits, spec.group_size, dtype)
+        return {name: w.to(dtype)}, {"method": "none", "format": str(dtype)[6:], "bits": 16}
+    mats = [w] if w.ndim == 2 else list(w.reshape(-1, *w.shape[-2:]))
+    hs = hessians or [None] * len(mats)
+    results = [_one(m, spec, h, GuardParams() if guard is None else guard, dtype)
+               for m, h in zip(mats, hs, strict=True)]
+    q = torch.stack([r.q.cpu() for r in results]).reshape(w.shape)
+    scales = torch.stack([r.scales.cpu() for r in results]).reshape(*w.shape[:-1], -1)
+    biases = torch.stack([r.biases.cpu() for r in results]).reshape(*w.shape[:-1], -1)
     wq = mlx_affine.dequantize(q, scales, biases, spec.group_size)
     words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.bits))
-    record = {"method": spec.method, "format": "affine", "bits": spec.bits,
-              "group_size": spec.group_size,
-              "proxy_rel_error": round(mlx_affine.proxy_error(w, wq.float()), 6),
+    methods = sorted({r.method for r in results})
+    record = {"method": methods[0] if len(methods) == 1 else "+".join(methods),
+              "format": "affine", "bits": spec.bits, "group_size": spec.group_size,
+              "proxy_rel_error": round(mlx_affine.proxy_error(w.cpu(), wq.float()), 6),
               "dequant_sha256": mlx_affine.dequant_hash(wq)}
+    if spec.method == "gptq":
+        record["damp"] = sorted({r.damp for r in results if r.damp is not None})
+        record["act_order"] = spec.act_order
+        record["hessian_proxy_loss"] = {"gptq_or_kept": sum(r.proxy_loss for r in results),
+                                        "rtn": sum(r.rtn_proxy_loss for r in results)}
+    events = [dict(e, module=module, matrix=i) for i, r in enumerate(results) for e in r.events]
+    if events:
+        record["guard_events"] = events
     return {name: words, f"{module}.scales": scales, f"{module}.biases": biases}, record

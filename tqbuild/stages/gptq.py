@@ -71,23 +71,24 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
     H[dead, dead] = 1.0
     W[:, dead] = 0.0
     ngroups = cols // group_size
-    scales = torch.empty(rows, ngroups, dtype=dtype)
-    biases = torch.empty(rows, ngroups, dtype=dtype)
+    dev = W.device
+    scales = torch.empty(rows, ngroups, dtype=dtype, device=dev)
+    biases = torch.empty(rows, ngroups, dtype=dtype, device=dev)
     perm = torch.argsort(torch.diag(H), descending=True, stable=True) if act_order else None
     if act_order:
         for g in range(ngroups):  # static groups on the original contiguous columns
             scales[:, g], biases[:, g] = group_params(W[:, g * group_size:(g + 1) * group_size],
                                                       bits, dtype)
         W, H = W[:, perm], H[perm][:, perm]
-    H += damp * torch.mean(torch.diag(H)) * torch.eye(cols, dtype=H.dtype)
+    H += damp * torch.mean(torch.diag(H)) * torch.eye(cols, dtype=H.dtype, device=dev)
     L, info = torch.linalg.cholesky_ex(H)
-    if info != 0:
+    if int(info) != 0:
         return None
     U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)
-    if info != 0 or not torch.isfinite(U).all():
+    if int(info) != 0 or not bool(torch.isfinite(U).all()):
         return None
     Q = torch.zeros_like(W)
-    qint = torch.zeros(rows, cols, dtype=torch.int32)
+    qint = torch.zeros(rows, cols, dtype=torch.int32, device=dev)
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
         W1 = W[:, i1:i2].clone()
@@ -118,6 +119,7 @@ def gptq_guarded(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, *
                  scale_ratio: float = 4.0, max_damp: float = 10.0,
                  dtype: torch.dtype = torch.bfloat16) -> AffineResult:
     """GPTQ with the divergence guard; never worse than RTN on the proxy loss."""
+    h = h.to(w.device)
     q_r, s_r, b_r = mlx_affine.quantize_rtn(w, bits, group_size, dtype)
     rtn = AffineResult(q=q_r, scales=s_r, biases=b_r, method="rtn")
     rtn.rtn_proxy_loss = rtn.proxy_loss = proxy_loss(
