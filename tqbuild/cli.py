@@ -57,9 +57,9 @@ def build(
 
     Example: tq-build recipes/smollm2-rot-rtn4.yaml --output out/smol
     """
-    from .pipeline.executor import build as run_build
-
     import signal
+
+    from .pipeline.executor import build as run_build
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     layers = parse_layers(rerun_layers) if rerun_layers else set()

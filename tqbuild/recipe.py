@@ -134,7 +134,8 @@ class CalibrateParams(Frozen):
     seq_len: int = Field(128, ge=8, le=1_000_000)
     seed: int = Field(0, ge=0)
     hessians: Literal["original", "propagate"] = "original"
-    batch_size: int = Field(16, ge=1)
+    batch_size: int = Field(16, ge=1, description="sequences sampled at once (self_generated);"
+                            " part of the calibration's identity")
     temperature: float = Field(1.0, gt=0, description="self_generated sampling temperature")
 
 

@@ -123,8 +123,10 @@ class Builder:
         self.hessian_units = set()
         if self.calib is not None and q is not None:
             for module, spec in plan.specs.items():
-                if spec.method == "gptq" and spec.format == "affine":
-                    self.hessian_units.add(self._unit_of_module(module))
+                unit = self._unit_of_module(module)
+                # embeddings are a lookup, not a product: no Hessian, RTN
+                if spec.method == "gptq" and spec.format == "affine" and unit != "embed":
+                    self.hessian_units.add(unit)
         self.r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) if plan.r1_on else None
         self.src_fp = fingerprint(source.file_hashes())
         stage_params = {s.name: s.params.model_dump() for s in plan.recipe.stages
@@ -197,7 +199,7 @@ class Builder:
             x = self.embeddings()
         for k in range(j + 1, i):  # replay forward-only through layers without saved acts
             layer = self._layer_for_forward(k)
-            x = self.runner.run(k, layer, x, self.calib.batch_size)
+            x = self.runner.run(k, layer, x)
             self.wd.save_acts(k, self.act_fp[k], x)
         self.x, self.x_layer = x, i - 1
         return x
@@ -265,7 +267,7 @@ class Builder:
         layer = self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
         bar.set_postfix_str(f"{unit.name}: hessians")
         cap = HessianCapture(layer, self.calib.seq_len)
-        y = self.runner.run(i, layer, x, self.calib.batch_size, on_batch=cap.start_batch)
+        y = self.runner.run(i, layer, x, on_sample=cap.start_batch)
         cap.close()
         self._pending_y = y  # original-mode output, reused by _advance
         return {f"{pre}{name}": cap.for_module(name) for name in cap.alias}
@@ -310,7 +312,7 @@ class Builder:
                 state.update(self._dequantized_hf(quantized))
             pre = f"{self.fam.layer_prefix}{i}."
             layer = self.runner.layer(i, {k[len(pre):]: v for k, v in state.items()})
-            y = self.runner.run(i, layer, x, self.calib.batch_size)
+            y = self.runner.run(i, layer, x)
         self.wd.save_acts(i, self.act_fp[i], y)
         self.x, self.x_layer = y, i
 

@@ -21,6 +21,18 @@ from ..errors import OutputError
 from ..io.atomic import write_json
 from ..io.hashing import sha256_json
 
+_KILL_AT = [0]
+
+
+def _write_point() -> None:
+    """Fault injection for the resume tests: with TQBUILD_TEST_KILL_AT=n the
+    process SIGKILLs itself at the n-th work-dir write boundary."""
+    at = os.environ.get("TQBUILD_TEST_KILL_AT")
+    if at:
+        _KILL_AT[0] += 1
+        if _KILL_AT[0] == int(at):
+            os.kill(os.getpid(), 9)
+
 
 def fingerprint(*parts) -> str:
     return sha256_json([p for p in parts])[:32]
@@ -84,7 +96,9 @@ class WorkDir:
         meta = {"fingerprint": fp, "order": json.dumps(list(tensors)),
                 "stats": json.dumps(stats, sort_keys=True)}
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=meta)
+        _write_point()
         os.replace(tmp, f)
+        _write_point()
         self._manifest(unit, fp)
 
     def _manifest(self, unit: str, fp: str) -> None:
@@ -114,11 +128,13 @@ class WorkDir:
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_name(f".{f.name}.tmp")
         save_file({"x": x.contiguous().cpu()}, str(tmp), metadata={"fingerprint": fp})
+        _write_point()
         os.replace(tmp, f)
 
     # ---- calibration tokens / debug ----------------------------------------
     def calib_file(self, fp: str) -> Path:
-        return self.path / "calib" / f"{fp}.npy"
+        """Shared by every recipe under this root (content-addressed)."""
+        return self.path.parent / "cache" / "calib" / f"{fp}.npy"
 
     def save_calib(self, fp: str, ids: np.ndarray) -> None:
         f = self.calib_file(fp)

@@ -54,7 +54,7 @@ def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
               "format": "affine", "bits": spec.bits, "group_size": spec.group_size,
               "proxy_rel_error": round(mlx_affine.proxy_error(w.cpu(), wq.float()), 6),
               "dequant_sha256": mlx_affine.dequant_hash(wq)}
-    if spec.method == "gptq":
+    if spec.method == "gptq" and hessians is not None:
         record["damp"] = sorted({r.damp for r in results if r.damp is not None})
         record["act_order"] = spec.act_order
         record["hessian_proxy_loss"] = {"gptq_or_kept": sum(r.proxy_loss for r in results),

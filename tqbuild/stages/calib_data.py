@@ -112,17 +112,21 @@ def self_generated(model, p: CalibrateParams, bos: int | None, vocab: int) -> np
 
 def calibration_ids(p: CalibrateParams, source_dir: Path, where: str, log=print) -> np.ndarray:
     """int32 [samples, seq_len]."""
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(source_dir)
-    if p.source.files:
-        return from_files(p.source.files, tok, p, where)
-    if p.source.dataset:
+    if p.source.files or p.source.dataset:
+        try:
+            tok = AutoTokenizer.from_pretrained(source_dir)
+        except (OSError, ValueError) as e:
+            raise SourceError(f"the source has no usable tokenizer ({e})", where=where,
+                              fix="add the tokenizer files, or calibrate with "
+                              "`self_generated: true`") from None
+        if p.source.files:
+            return from_files(p.source.files, tok, p, where)
         return from_dataset(p, tok, where)
-    from transformers import AutoModelForCausalLM
-
     log(f"sampling {p.samples} × {p.seq_len} calibration tokens from the source model "
         "(it is loaded whole for this)")
     model = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()
-    bos = tok.bos_token_id
+    bos = model.config.bos_token_id
+    bos = bos[0] if isinstance(bos, list) else bos
     return self_generated(model, p, bos, model.config.vocab_size)

@@ -88,7 +88,8 @@ class HessianCapture:
                 inter = module.act_fn(g) * u
                 base = f"{name}.{e}"
                 self._add(f"{base}.gate_proj", xe, se)
-                self.alias[f"{base}.gate_proj"] = self.alias[f"{base}.up_proj"] = f"{base}.gate_proj"
+                for proj in ("gate_proj", "up_proj"):  # one input, one H
+                    self.alias[f"{base}.{proj}"] = f"{base}.gate_proj"
                 self._add(f"{base}.down_proj", inter, se)
                 self.alias[f"{base}.down_proj"] = f"{base}.down_proj"
         return hook

@@ -94,17 +94,18 @@ class LayerRunner:
         return mod.eval()
 
     @torch.no_grad()
-    def run(self, i: int, layer: nn.Module, x: torch.Tensor, batch_size: int,
-            on_batch=None) -> torch.Tensor:
-        """Layer i's output for inputs x [samples, T, hidden] (batched, in order)."""
+    def run(self, i: int, layer: nn.Module, x: torch.Tensor, on_sample=None) -> torch.Tensor:
+        """Layer i's output for inputs x [samples, T, hidden], one sample at a time:
+        a GEMM's rounding can depend on its row count, so batching would make the
+        activations (and every Hessian after them) depend on how samples are grouped."""
         self.base.layers[i] = layer
         outs = []
         try:
-            for s in range(0, x.shape[0], batch_size):
-                xb = x[s:s + batch_size].to(self.device)
-                if on_batch is not None:
-                    on_batch(s, xb.shape[0])
-                y = self.base(inputs_embeds=xb, use_cache=False).last_hidden_state
+            for s in range(x.shape[0]):
+                if on_sample is not None:
+                    on_sample(s, 1)
+                y = self.base(inputs_embeds=x[s:s + 1].to(self.device),
+                              use_cache=False).last_hidden_state
                 outs.append(y.to(x.device))
         finally:
             self.base.layers[i] = PassThrough()
