@@ -147,3 +147,12 @@ def test_never_worse_than_rtn(seed):
     q, s, b = mlx_affine.quantize_rtn(w, bits, 32)
     rtn_loss = proxy_loss(w, mlx_affine.dequantize(q, s, b, 32), h)
     assert res.proxy_loss <= rtn_loss * (1 + 1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_matches_cpu():
+    w, h = random_problem(64, 256, seed=9)
+    a = gptq_guarded(w, h, 4, 64)
+    b = gptq_guarded(w.cuda(), h.cuda(), 4, 64)
+    assert b.q.is_cuda and (a.q == b.q.cpu()).float().mean() > 0.999
+    assert abs(a.proxy_loss - b.proxy_loss) < 1e-6 * a.proxy_loss
