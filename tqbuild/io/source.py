@@ -39,14 +39,14 @@ class Source:
                 "comes in as a .gguf file",
             )
         self._where: dict[str, Path] = {}
-        self._handles: dict[Path, object] = {}
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
             raise SourceError(f"no *.safetensors files in {self.path}",
                               fix="convert the checkpoint to safetensors first")
         self.files = files
+        self._shapes: dict[str, tuple[int, ...]] = {}
         for f in files:
-            h = self._open(f)
+            h = safe_open(str(f), framework="pt")
             for k in h.keys():
                 self._where[k] = f
                 if k.endswith(QUANT_SUFFIXES):
@@ -58,11 +58,13 @@ class Source:
                     raise SourceError(
                         f"tensor {k} has dtype {dt}; only bf16/fp16/fp32 sources are supported",
                         where=str(f), fix="use the full-precision checkpoint")
+            self._shapes.update({k: tuple(h.get_slice(k).get_shape()) for k in h.keys()})
+            del h
 
     def _open(self, f: Path):
-        if f not in self._handles:
-            self._handles[f] = safe_open(str(f), framework="pt")
-        return self._handles[f]
+        """A fresh handle per read: a handle maps its whole file, and the pages a
+        build touched would otherwise stay resident until the end."""
+        return safe_open(str(f), framework="pt")
 
     def keys(self) -> list[str]:
         return list(self._where)
@@ -71,10 +73,7 @@ class Source:
         return name in self._where
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._open(self._where[name]).get_slice(name).get_shape())
-
-    def dtype(self, name: str) -> str:
-        return self._open(self._where[name]).get_slice(name).get_dtype()
+        return self._shapes[name]
 
     def get(self, name: str) -> torch.Tensor:
         """The tensor as float32; NaN/Inf is an error naming it."""

@@ -344,9 +344,23 @@ class Builder:
                 computed.append(unit.name)
                 stats[unit.name] = st
                 del tensors
+                release_memory()
             else:
                 stats[unit.name] = cached[1]
         return fps, computed, stats
+
+
+def release_memory() -> None:
+    """Hand freed heap back to the OS between units (glibc keeps it otherwise), so
+    resident memory tracks the one unit in flight."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
@@ -386,6 +400,7 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
             tensors, st = b.wd.load_unit(unit.name, fps[unit.name])
             for k, v in tensors.items():
                 writer.add(k, v)
+            release_memory()
             for m, rec in st["modules"].items():
                 modules[m] = rec
                 events += rec.get("guard_events", [])

@@ -10,6 +10,7 @@ linear attention) and returns exactly that layer's output.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -87,10 +88,9 @@ class LayerRunner:
 
     def layer(self, i: int, rel_state: dict[str, torch.Tensor]) -> nn.Module:
         """Layer i materialised from checkpoint-named float32 tensors (relative names)."""
-        mod = self.meta_layers[i].to_empty(device=self.device)
+        mod = copy.deepcopy(self.meta_layers[i]).to_empty(device=self.device)  # meta copy: free
         state = {k: v.to(self.device, torch.float32) for k, v in to_module_state(rel_state).items()}
         mod.load_state_dict(state, strict=True)
-        self.meta_layers[i] = mod
         return mod.eval()
 
     @torch.no_grad()
