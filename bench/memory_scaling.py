@@ -82,7 +82,8 @@ def main() -> None:
                                      else None) as d:
         rows = [build(Path(d), n), build(Path(d), 2 * n)]
     result = {"what": "streaming GPTQ build (16×128 self-generated tokens, cached; 64 MB "
-                      "shards) of a synthetic llama at N and 2N layers", "host": host(), "rows": rows,
+                      "shards) of a synthetic llama at N and 2N layers",
+              "host": host(), "rows": rows,
               "rss_ratio_2N_over_N": round(rows[1]["peak_rss_mib"] / rows[0]["peak_rss_mib"], 3)}
     out = Path(__file__).parent / "results" / "memory_scaling.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
