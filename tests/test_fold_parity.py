@@ -46,7 +46,8 @@ def fold_and_compare(mt, d, ids, teacher, dtype: str, tag: str):
     (d / f"{tag}.yaml").write_text(text)
     recipe = load(d / f"{tag}.yaml")
     source = Source(d / "src")
-    build(compile_plan(recipe, source), source, d / f"out-{tag}", progress=False, force=True)
+    build(compile_plan(recipe, source), source, d / f"out-{tag}", progress=False, force=True,
+          workdir=d / "work")
     return compare(teacher, forward_logits(load_torch(d / f"out-{tag}"), ids, 128))
 
 

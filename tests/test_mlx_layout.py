@@ -33,7 +33,7 @@ def test_fold_artifact_in_stock_mlx_lm(model_type, tmp_path):
             "  - write\n", "  - write: {dtype: float32}\n"))
     source = Source(tmp_path / "src")
     build(compile_plan(load(tmp_path / "r.yaml"), source), source, tmp_path / "out",
-          progress=False)
+          progress=False, workdir=tmp_path / "work")
     np.save(tmp_path / "ids.npy", ids.numpy().astype(np.int32))
     p = subprocess.run([sys.executable, str(HERE / "mlx_logits.py"), str(tmp_path / "out"),
                         str(tmp_path / "ids.npy"), str(tmp_path / "logits.npy")],

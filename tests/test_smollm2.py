@@ -35,7 +35,8 @@ def smol(tmp_path_factory):
         recipe = load(ROOT / "recipes" / f"{name}.yaml")
         src_dir, gguf = resolve_source(recipe, work / "cache", log=lambda m: None)
         source = Source(src_dir)
-        build(compile_plan(recipe, source), source, work / name, gguf=gguf, progress=False)
+        build(compile_plan(recipe, source), source, work / name, gguf=gguf, progress=False,
+              workdir=work)
         out[name] = work / name
     out["source"] = src_dir
     return out
