@@ -105,9 +105,38 @@ def plan(
     typer.echo(describe(p))
 
 
+kv_app = typer.Typer(help="TurboQuant KV-cache codec.", no_args_is_help=True)
+app.add_typer(kv_app, name="kv")
+
+
+@kv_app.command("check-goldens")
+def kv_check_goldens(
+    files: Annotated[list[Path], typer.Argument(help="Golden .npz files.")],
+) -> None:
+    """Re-encode golden inputs in `reference` mode; every array must match bit for bit.
+
+    Example: tq-build kv check-goldens ../shared/goldens/turboquant/*.npz
+    """
+    from .errors import VerificationFailed
+    from .kv.goldens import check_file
+
+    bad = 0
+    for f in files:
+        rep = check_file(f)
+        status = "ok" if not rep.mismatches else f"{len(rep.mismatches)} MISMATCHED"
+        typer.echo(f"{rep.file}: {rep.checked} arrays, {status}")
+        for m in rep.mismatches:
+            typer.echo(f"  mismatch: {m}")
+        bad += len(rep.mismatches)
+    if bad:
+        raise VerificationFailed(f"{bad} array(s) differ from the goldens",
+                                 fix="the reference-mode codec no longer reproduces them")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    commands |= {g.name for g in app.registered_groups} | {"--help"}
     if argv and argv[0] not in commands and not argv[0].startswith("-"):
         argv.insert(0, "build")  # `tq-build RECIPE.yaml` == `tq-build build RECIPE.yaml`
     try:
@@ -120,13 +149,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(130) from None
     except typer.Exit as e:
         raise SystemExit(e.exit_code) from None
-    except Exception as e:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:  # (typer's vendored) click usage errors: show, exit 2
+        if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()
             raise SystemExit(e.exit_code) from None
-        if isinstance(e, click.exceptions.Abort):
+        if type(e).__name__ == "Abort":
             raise SystemExit(130) from None
         raise
 

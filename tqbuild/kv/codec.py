@@ -91,9 +91,13 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def encode_keys(k: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "production"
-                ) -> KeyCode:
-    check_head_dim(k.shape[-1])
+def encode_keys(k: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "production",
+                signed: bool | None = None, check: bool = True) -> KeyCode:
+    """Keys [..., d] -> KeyCode. `signed` defaults to bits == 8 (the reference's
+    int8 path); `check=False` skips the head_dim check (raw 32-groups)."""
+    signed = bits == 8 if signed is None else signed
+    if check:
+        check_head_dim(k.shape[-1])
     if bits not in tables.KEY_BITS:
         raise BadInput(f"key bits {bits} unsupported", fix=f"use one of {tables.KEY_BITS}")
     if mode == "reference":
@@ -104,7 +108,7 @@ def encode_keys(k: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "produ
         eps = torch.tensor(1e-8, dtype=torch.float32)
     g = x.reshape(*x.shape[:-1], -1, G)
     mx, mn = g.amax(-1, keepdim=True), g.amin(-1, keepdim=True)
-    if bits == 8:
+    if signed:
         scale = (mx - mn) / 254
         den = scale + eps
         zero = _round((mx + mn) / (2 * den))
@@ -120,7 +124,7 @@ def encode_keys(k: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "produ
         idx = torch.where(const.expand_as(idx), torch.zeros_like(idx), idx)
     idx = torch.nan_to_num(idx, nan=0.0)
     idx_np = _np(idx).reshape(k.shape)
-    idx_np = idx_np.astype(np.int8) if bits == 8 else idx_np.astype(np.uint8)
+    idx_np = idx_np.astype(np.int8) if signed else idx_np.astype(np.uint8)
     scales = _np(scale[..., 0]).astype(np.float16)
     zeros = _np(zero[..., 0]).astype(np.float16)
     packed = idx_np if bits == 8 else pack_bits(idx_np, bits)

@@ -16,7 +16,7 @@ GROUP = 32
 _FILE = Path(__file__).with_name("kv_tables.npz")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tables() -> dict[str, np.ndarray]:
     with np.load(_FILE) as z:
         return {k: z[k] for k in z.files}
