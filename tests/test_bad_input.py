@@ -195,3 +195,22 @@ def test_existing_foreign_output_refused(tmp_path, src):
     p = run_cli(str(tmp_path / "r.yaml"), cwd=tmp_path)
     assert p.returncode == 2 and "--force" in p.stderr
     assert (out / "precious.txt").read_text() == "keep me"
+
+
+def test_rules_first_match_wins_and_none_keeps_float():
+    from tqbuild.recipe import QuantizeParams
+
+    q = QuantizeParams.model_validate({
+        "default": {"bits": 4, "group_size": 64},
+        "rules": [{"match": r"mlp\.down_proj", "bits": 8},
+                  {"match": r"mlp\.", "format": "none"},
+                  {"match": r"down", "bits": 2}]})
+    assert q.spec_for("model.layers.3.mlp.down_proj").bits == 8
+    assert q.spec_for("model.layers.3.mlp.up_proj").format == "none"
+    assert q.spec_for("model.layers.3.self_attn.q_proj").bits == 4
+    assert q.spec_for("model.layers.3.self_attn.q_proj").group_size == 64
+
+
+def test_gptq_without_calibrate_is_refused(tmp_path, src):
+    text = GOOD.format(src=src, out=tmp_path / "out").replace("bits: 4,", "method: gptq, bits: 4,")
+    check_rejected(tmp_path, text, "r.yaml:8", "needs Hessians", "- calibrate")

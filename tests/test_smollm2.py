@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -102,3 +103,45 @@ def test_config_for_mlx_lm(smol):
     assert wt["seed"] == 42 and wt["r1"]["n"] == 576 and wt["r2"]["n"] == 64
     assert "no-r4-half-fold" in wt["deviations"]
     assert len(meta["source"]["gguf"]["sha256"]) == 64
+
+
+def test_calibration_from_text_and_chat_jsonl(smol, tmp_path):
+    from transformers import AutoTokenizer
+
+    from tqbuild.recipe import CalibrateParams
+    from tqbuild.stages.calib_data import from_files, token_hash
+
+    tok = AutoTokenizer.from_pretrained(smol["source"])
+    (tmp_path / "a.txt").write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    (tmp_path / "b.jsonl").write_text(
+        json.dumps({"messages": [{"role": "user", "content": "Name three colours."},
+                                 {"role": "assistant", "content": "Red, green and blue."}]})
+        + "\n" + json.dumps({"text": "Plain record text. " * 30}) + "\n")
+    p = CalibrateParams.model_validate({"source": {"files": str(tmp_path / "*")},
+                                        "samples": 6, "seq_len": 32, "seed": 1})
+    ids = from_files(p.source.files, tok, p, "r.yaml:3")
+    assert ids.shape == (6, 32) and ids.dtype == np.int32
+    assert token_hash(ids) == token_hash(from_files(p.source.files, tok, p, "r.yaml:3"))
+    text = tok.decode(np.concatenate(list(ids)))
+    assert "<|im_start|>" in text or "fox" in text  # the chat template was applied
+    bad = CalibrateParams.model_validate({"source": {"files": str(tmp_path / "none*")},
+                                          "samples": 6, "seq_len": 32})
+    from tqbuild.errors import SourceError
+
+    with pytest.raises(SourceError, match="match nothing"):
+        from_files(bad.source.files, tok, bad, "r.yaml:3")
+    many = CalibrateParams.model_validate({"source": {"files": str(tmp_path / "a.txt")},
+                                           "samples": 1000, "seq_len": 32})
+    with pytest.raises(SourceError, match="windows"):
+        from_files(many.source.files, tok, many, "r.yaml:3")
+
+
+def test_dataset_not_in_cache_is_a_clear_error(smol):
+    from tqbuild.errors import SourceError
+    from tqbuild.recipe import CalibrateParams
+    from tqbuild.stages.calib_data import calibration_ids
+
+    p = CalibrateParams.model_validate({"source": {"dataset": "no-such/dataset-xyz"}})
+    with pytest.raises(SourceError) as e:
+        calibration_ids(p, smol["source"], "r.yaml:4")
+    assert "dataset" in str(e.value) and e.value.fix

@@ -92,6 +92,9 @@ def from_dataset(p: CalibrateParams, tok, where: str) -> np.ndarray:
 def self_generated(model, p: CalibrateParams, bos: int | None, vocab: int) -> np.ndarray:
     """`samples` sequences of `seq_len` tokens sampled from the model, seeded.
     Each starts with BOS (or a seeded random token) and samples at `temperature`."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
     g = torch.Generator().manual_seed(p.seed)
     out = []
     for s in range(0, p.samples, p.batch_size):
