@@ -133,6 +133,49 @@ def kv_check_goldens(
                                  fix="the reference-mode codec no longer reproduces them")
 
 
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+
+
+def _fast_blas_reexec() -> None:
+    """MLX's CPU build ships a reference BLAS (~3 GFLOP/s); Debian's OpenBLAS
+    through LD_PRELOAD is ~30x faster. Re-exec once with it when present."""
+    import os
+
+    if sys.platform == "linux" and os.path.exists(OPENBLAS) and \
+            "openblas" not in os.environ.get("LD_PRELOAD", ""):
+        env = dict(os.environ, LD_PRELOAD=OPENBLAS)
+        os.execve(sys.executable, [sys.executable, "-m", "tqbuild", *sys.argv[1:]], env)
+
+
+@kv_app.command("eval")
+def kv_eval(
+    model: Annotated[Path, typer.Argument(help="An mlx-lm loadable model dir (HF or MLX).")],
+    text: Annotated[Path, typer.Option(help="Held-out text file.")] = Path(
+        "data/eval/python-stdlib-docstrings.txt"),
+    tokens: Annotated[int, typer.Option(help="Tokens to score.")] = 512,
+    chunk: Annotated[int, typer.Option(help="Tokens appended to the cache per step.")] = 64,
+    out: Annotated[Path, typer.Option(help="Where kv_eval.json and kv_eval.png go.")] = Path(
+        "bench/results/kv_eval"),
+) -> None:
+    """Teacher-forced KL of each KV scheme vs the unquantized cache, with bytes per token.
+
+    Example: tq-build kv eval out/smollm2-fold
+    """
+    from .errors import BadInput
+
+    _fast_blas_reexec()
+    if not model.is_dir():
+        raise BadInput(f"model {model} is not a directory", fix="pass an mlx-lm model dir")
+    if not text.is_file():
+        raise BadInput(f"text file {text} does not exist", fix="pass --text FILE")
+    from .kv.evaluate import evaluate, table, write
+
+    result = evaluate(model, text.read_text(), tokens=tokens, chunk=chunk)
+    write(result, out)
+    typer.echo(table(result))
+    typer.echo(f"wrote {out}/kv_eval.json and kv_eval.png")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}

@@ -1,0 +1,173 @@
+"""TurboQuant KV cache for mlx-lm: appended tokens are encoded (keys affine per
+32-group, values FWHT + Lloyd-Max), only the codes are kept, and every fetch
+returns keys/values decoded from them. Sliding-window layers keep mlx-lm's own
+bf16 rotating cache (with a warning). Prompt caches are saved and restored in
+mlx-lm's file format through this module's functions (stock
+`load_prompt_cache` only knows mlx-lm's classes)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import mlx.core as mx
+import numpy as np
+import torch
+from mlx_lm.models import cache as mlx_cache
+
+from . import codec
+
+SCHEME = re.compile(r"k(\d)v(\d)$")
+
+
+def parse_scheme(scheme: str) -> tuple[int, int]:
+    m = SCHEME.match(scheme)
+    if not m:
+        raise ValueError(f"scheme {scheme!r} is not like 'k8v3'")
+    return int(m.group(1)), int(m.group(2))
+
+
+class TurboQuantKVCache(mlx_cache._BaseCache):
+    """Codes per layer, [B, H, T, ·] mx arrays: packed keys (int8 indices at 8
+    bits), key scales/zeros (fp16), packed values, value scales (fp16)."""
+
+    def __init__(self, key_bits: int = 8, value_bits: int = 3):
+        self.key_bits, self.value_bits = key_bits, value_bits
+        self.codes: list[mx.array] | None = None
+        self.offset = 0
+        self.head_dim = 0
+
+    # -- mlx-lm cache protocol -------------------------------------------------
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        dtype = keys.dtype
+        k = np.array(keys.astype(mx.float32))
+        v = np.array(values.astype(mx.float32))
+        self.head_dim = k.shape[-1]
+        kc = codec.encode_keys(k, self.key_bits, torch.float16)
+        vc = codec.encode_values(v, self.value_bits, torch.float16)
+        new = [mx.array(a) for a in (kc.packed, kc.scales, kc.zeros, vc.packed, vc.scales)]
+        if self.codes is None:
+            self.codes = new
+        else:
+            self.codes = [mx.concatenate([a[..., : self.offset, :], b], axis=2)
+                          for a, b in zip(self.codes, new, strict=True)]
+        self.offset += k.shape[2]
+        dk, dv = self.decoded()
+        return mx.array(dk).astype(dtype), mx.array(dv).astype(dtype)
+
+    def decoded(self) -> tuple[np.ndarray, np.ndarray]:
+        kp, ks, kz, vp, vs = (np.array(a[..., : self.offset, :]) for a in self.codes)
+        d = self.head_dim
+        kidx = kp if self.key_bits == 8 else codec.unpack_bits(kp, self.key_bits, d)
+        keys = codec.decode_keys(codec.KeyCode(kidx, ks, kz, kp, self.key_bits))
+        vidx = codec.unpack_bits(vp, self.value_bits, d)
+        values = codec.decode_values(codec.ValueCode(vidx, vs, vp, self.value_bits))
+        return keys, values
+
+    def size(self) -> int:
+        return self.offset
+
+    def empty(self) -> bool:
+        return self.codes is None
+
+    def is_trimmable(self) -> bool:
+        return True
+
+    def trim(self, n: int) -> int:
+        n = min(self.offset, n)
+        self.offset -= n
+        if self.codes is not None:
+            self.codes = [a[..., : self.offset, :] for a in self.codes]
+        return n
+
+    def make_mask(self, *args, **kwargs):
+        return mlx_cache.create_attention_mask(*args, offset=self.offset, **kwargs)
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.codes is None else sum(a[..., : self.offset, :].nbytes
+                                                for a in self.codes)
+
+    @property
+    def state(self):
+        return list(self.codes or [])
+
+    @state.setter
+    def state(self, v):
+        self.codes = list(v) if v else None
+
+    @property
+    def meta_state(self):
+        return (str(self.key_bits), str(self.value_bits), str(self.offset),
+                str(self.head_dim))
+
+    @meta_state.setter
+    def meta_state(self, v):
+        self.key_bits, self.value_bits, self.offset, self.head_dim = map(int, v)
+
+
+def make_cache(model, scheme: str = "k8v3") -> list:
+    """One cache per layer: TurboQuant where the layer keeps full attention,
+    mlx-lm's own cache (bf16) for sliding-window and non-attention layers."""
+    kb, vb = parse_scheme(scheme)
+    base = mlx_cache.make_prompt_cache(model)
+    out, kept = [], 0
+    for c in base:
+        if type(c) is mlx_cache.KVCache:
+            out.append(TurboQuantKVCache(kb, vb))
+        else:
+            out.append(c)
+            kept += 1
+    if kept:
+        warnings.warn(f"{kept} layer cache(s) (sliding-window or recurrent) stay in bf16",
+                      stacklevel=2)
+    return out
+
+
+def save_prompt_cache(path: str, caches: list, metadata: dict | None = None) -> None:
+    """mlx-lm's prompt-cache file format: arrays keyed by '<layer>.<i>', metadata
+    with the class names, each cache's meta_state, and the user's metadata."""
+    arrays, meta = {}, {"tq_classes": ",".join(type(c).__name__ for c in caches)}
+    for i, c in enumerate(caches):
+        for j, a in enumerate(c.state if isinstance(c.state, (list, tuple)) else []):
+            if isinstance(a, mx.array):
+                arrays[f"{i}.{j}"] = a
+        ms = getattr(c, "meta_state", ())
+        meta[f"tq_meta.{i}"] = "|".join(map(str, ms)) if ms else ""
+        if isinstance(c, mlx_cache.KVCache):
+            meta[f"tq_meta.{i}"] = str(c.offset)
+    for k, v in (metadata or {}).items():
+        meta[f"user.{k}"] = str(v)
+    mx.save_safetensors(path, arrays, meta)
+
+
+def load_prompt_cache(path: str, return_metadata: bool = False):
+    arrays, meta = mx.load(path, return_metadata=True)
+    classes = meta["tq_classes"].split(",")
+    caches = []
+    for i, name in enumerate(classes):
+        state = [arrays[f"{i}.{j}"] for j in range(len(arrays)) if f"{i}.{j}" in arrays]
+        if name == "TurboQuantKVCache":
+            c = TurboQuantKVCache()
+            c.state = state
+            c.meta_state = meta[f"tq_meta.{i}"].split("|")
+        elif name == "KVCache":
+            c = mlx_cache.KVCache()
+            if state:
+                c.keys, c.values = state
+            c.offset = int(meta[f"tq_meta.{i}"] or 0)
+        else:
+            c = getattr(mlx_cache, name).from_state(state)
+            if meta[f"tq_meta.{i}"]:
+                c.meta_state = tuple(meta[f"tq_meta.{i}"].split("|"))
+        caches.append(c)
+    user = {k[5:]: v for k, v in meta.items() if k.startswith("user.")}
+    return (caches, user) if return_metadata else caches
+
+
+def generate(model, tokenizer, prompt, scheme: str = "k8v3", **kwargs) -> str:
+    """mlx-lm's `generate` with a TurboQuant prompt cache."""
+    from mlx_lm import generate as mlx_generate
+
+    return mlx_generate(model, tokenizer, prompt, prompt_cache=make_cache(model, scheme),
+                        **kwargs)
