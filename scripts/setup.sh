@@ -5,6 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# MLX's Linux CPU wheel ships a reference BLAS (~3 GFLOP/s); tq-build's MLX
+# evaluations preload Debian's OpenBLAS when it is there (best effort: root + apt)
+blas=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
+if [ "$(uname -s)" = Linux ] && [ ! -e "$blas" ] && command -v apt-get >/dev/null \
+   && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq libopenblas0-pthread) >/dev/null 2>&1 || true
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

@@ -145,3 +145,40 @@ def test_dataset_not_in_cache_is_a_clear_error(smol):
     with pytest.raises(SourceError) as e:
         calibration_ids(p, smol["source"], "r.yaml:4")
     assert "dataset" in str(e.value) and e.value.fix
+
+
+def _fast_blas_env() -> dict:
+    import os
+
+    from tqbuild.cli import OPENBLAS
+
+    env = dict(os.environ)
+    if os.path.exists(OPENBLAS):
+        env["LD_PRELOAD"] = OPENBLAS
+    return env
+
+
+def test_k8v3_kv_cache_generation_stays_coherent(smol):
+    pytest.importorskip("mlx_lm")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "mlx_kv_generate.py"),
+                        str(smol["source"]), "k8v3",
+                        "What is the capital of France? Answer in one sentence.", "12"],
+                       capture_output=True, text=True, timeout=900, env=_fast_blas_env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Paris" in json.loads(p.stdout.strip().splitlines()[-1])["text"]
+
+
+def test_kv_eval_cli_curve_shape(smol, tmp_path):
+    pytest.importorskip("mlx_lm")
+    p = subprocess.run([sys.executable, "-m", "tqbuild", "kv", "eval", str(smol["source"]),
+                        "--text", str(HELDOUT), "--tokens", "128", "--chunk", "32",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=900,
+                       env=_fast_blas_env(), cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads((tmp_path / "kv_eval.json").read_text())["rows"]
+    assert (tmp_path / "kv_eval.png").stat().st_size > 1000
+    assert rows["k8v3"]["bits_per_element"] == pytest.approx(6.25)
+    # value bits: each step down costs more; the v2 cliff; k8v3 beats uniform 4-bit
+    assert rows["k8v8"]["mean_kl"] < rows["k8v4"]["mean_kl"] < rows["k8v3"]["mean_kl"]
+    assert rows["k8v2"]["mean_kl"] > 3 * rows["k8v3"]["mean_kl"]
+    assert rows["k8v3"]["mean_kl"] < rows["mlx-kv4"]["mean_kl"]

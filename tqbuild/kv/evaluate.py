@@ -66,8 +66,13 @@ def evaluate(model_path: Path, text: str, tokens: int = 512, chunk: int = 64,
                    "top1_agreement": float((teacher.argmax(-1) == lg.argmax(-1)).mean()),
                    "bits_per_element": 8 * nbytes / elems,
                    "bytes_per_token": nbytes / len(ids)}
+    import os
+    import platform
+
+    host = {"machine": platform.machine(), "cores": os.cpu_count(),
+            "mlx_device": str(mx.default_device()), "python": platform.python_version()}
     return {"model": str(model_path), "tokens": int(len(ids)), "chunk": chunk,
-            "eval": "mlx-lm, float32, CPU", "rows": rows}
+            "eval": "mlx-lm, float32", "host": host, "rows": rows}
 
 
 def plot(result: dict, png: Path) -> None:
