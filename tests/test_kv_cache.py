@@ -91,3 +91,21 @@ def test_sliding_window_layers_stay_bf16_with_a_warning(tmp_path):
     assert any("stay in bf16" in str(x.message) for x in w)
     assert isinstance(caches[0], mlx_cache.RotatingKVCache)
     assert isinstance(caches[1], TurboQuantKVCache)
+
+
+def test_deferred_inverse_fwht_gives_the_same_logits(tmp_path):
+    model = tiny_mlx(tmp_path)
+    ids = mx.array([[1, 5, 9, 13, 17, 21, 25, 29]])
+    plain = model(ids, cache=make_cache(model, "k8v3"))
+    deferred_caches = make_cache(model, "k8v3", deferred_fwht=True)  # folds into o_proj
+    assert deferred_caches[0].deferred_fwht
+    deferred = model(ids, cache=deferred_caches)
+    assert float(mx.abs(plain - deferred).max()) < 1e-4
+
+
+def test_deferred_refused_where_sliding_layers_exist(tmp_path):
+    model = tiny_mlx(tmp_path, "gemma3_text", sliding_window=4,
+                     layer_types=["sliding_attention", "full_attention"],
+                     sliding_window_pattern=2)
+    with pytest.raises(ValueError, match="deferred"):
+        make_cache(model, "k8v3", deferred_fwht=True)

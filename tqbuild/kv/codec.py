@@ -168,12 +168,17 @@ def encode_values(v: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "pro
                      pack_bits(idx_np, bits), bits, rotated=_np(x).reshape(v.shape))
 
 
-def decode_values(c: ValueCode) -> np.ndarray:
-    """centroid[idx] · scale (float32), float32 FWHT with 1/√d, then · signs."""
-    d = c.indices.shape[-1]
+def decode_values_rotated(c: ValueCode) -> np.ndarray:
+    """centroid[idx] · scale in float32: the values still in the FWHT domain."""
     cent = torch.from_numpy(tables.centroids(c.bits))[torch.from_numpy(c.indices.astype(np.int64))]
     g = cent.reshape(*cent.shape[:-1], -1, G) * torch.from_numpy(
         c.scales.astype(np.float32))[..., None]
-    y = fwht(g.reshape(cent.shape))
+    return g.reshape(cent.shape).numpy()
+
+
+def decode_values(c: ValueCode) -> np.ndarray:
+    """centroid[idx] · scale (float32), float32 FWHT with 1/√d, then · signs."""
+    d = c.indices.shape[-1]
+    y = fwht(torch.from_numpy(decode_values_rotated(c)))
     y = y * torch.tensor(1 / np.sqrt(d), dtype=torch.float32)
     return (y * torch.from_numpy(tables.signs(d).astype(np.float32))).numpy()

@@ -31,8 +31,11 @@ class TurboQuantKVCache(mlx_cache._BaseCache):
     """Codes per layer, [B, H, T, ·] mx arrays: packed keys (int8 indices at 8
     bits), key scales/zeros (fp16), packed values, value scales (fp16)."""
 
-    def __init__(self, key_bits: int = 8, value_bits: int = 3):
+    def __init__(self, key_bits: int = 8, value_bits: int = 3, deferred_fwht: bool = False):
         self.key_bits, self.value_bits = key_bits, value_bits
+        # deferred: values come back in the rotated domain (centroid · scale); the
+        # inverse FWHT and signs are folded into o_proj once (fold_inverse_fwht)
+        self.deferred_fwht = deferred_fwht
         self.codes: list[mx.array] | None = None
         self.offset = 0
         self.head_dim = 0
@@ -61,7 +64,9 @@ class TurboQuantKVCache(mlx_cache._BaseCache):
         kidx = kp if self.key_bits == 8 else codec.unpack_bits(kp, self.key_bits, d)
         keys = codec.decode_keys(codec.KeyCode(kidx, ks, kz, kp, self.key_bits))
         vidx = codec.unpack_bits(vp, self.value_bits, d)
-        values = codec.decode_values(codec.ValueCode(vidx, vs, vp, self.value_bits))
+        vcode = codec.ValueCode(vidx, vs, vp, self.value_bits)
+        values = (codec.decode_values_rotated(vcode) if self.deferred_fwht
+                  else codec.decode_values(vcode))
         return keys, values
 
     def size(self) -> int:
@@ -99,22 +104,52 @@ class TurboQuantKVCache(mlx_cache._BaseCache):
     @property
     def meta_state(self):
         return (str(self.key_bits), str(self.value_bits), str(self.offset),
-                str(self.head_dim))
+                str(self.head_dim), str(int(self.deferred_fwht)))
 
     @meta_state.setter
     def meta_state(self, v):
-        self.key_bits, self.value_bits, self.offset, self.head_dim = map(int, v)
+        self.key_bits, self.value_bits, self.offset, self.head_dim = map(int, v[:4])
+        self.deferred_fwht = bool(int(v[4])) if len(v) > 4 else False
 
 
-def make_cache(model, scheme: str = "k8v3") -> list:
+def fold_inverse_fwht(model, head_dim: int) -> None:
+    """o_proj ← o_proj · blockdiag(diag(signs) · H / √d), in place: attention over
+    rotated-domain values then lands in the original basis after o_proj.
+    Valid only where o_proj reads the attention output directly (no elementwise
+    gate between them) and o_proj is a plain (unquantized) Linear."""
+    import mlx.nn as nn
+
+    d = head_dim
+    h = np.asarray(codec.fwht(torch.eye(d, dtype=torch.float64)).numpy()) / np.sqrt(d)
+    m = mx.array((codec.tables.signs(d).astype(np.float64)[:, None] * h).astype(np.float32))
+    for layer in model.layers:
+        attn = getattr(layer, "self_attn", None)
+        o = getattr(attn, "o_proj", None)
+        if o is None or type(o) is not nn.Linear or getattr(attn, "gate_proj", None) is not None:
+            raise ValueError("this model does not allow the deferred inverse FWHT "
+                             "(o_proj is quantized, gated or missing)")
+        w = o.weight
+        blocks = w.reshape(w.shape[0], -1, d).astype(mx.float32)
+        o.weight = (blocks @ m).reshape(w.shape).astype(w.dtype)
+
+
+def make_cache(model, scheme: str = "k8v3", deferred_fwht: bool = False) -> list:
     """One cache per layer: TurboQuant where the layer keeps full attention,
-    mlx-lm's own cache (bf16) for sliding-window and non-attention layers."""
+    mlx-lm's own cache (bf16) for sliding-window and non-attention layers.
+    `deferred_fwht` also folds the inverse FWHT into the model's o_proj (in place)."""
     kb, vb = parse_scheme(scheme)
     base = mlx_cache.make_prompt_cache(model)
+    if deferred_fwht:
+        if any(type(c) is not mlx_cache.KVCache for c in base):
+            raise ValueError("the deferred inverse FWHT needs every layer on a TurboQuant "
+                             "cache (this model has sliding-window or recurrent layers)")
+        fold_inverse_fwht(model, model.layers[0].self_attn.head_dim
+                          if hasattr(model.layers[0].self_attn, "head_dim")
+                          else model.args.head_dim)
     out, kept = [], 0
     for c in base:
         if type(c) is mlx_cache.KVCache:
-            out.append(TurboQuantKVCache(kb, vb))
+            out.append(TurboQuantKVCache(kb, vb, deferred_fwht))
         else:
             out.append(c)
             kept += 1
