@@ -95,21 +95,19 @@ class TurboQuantKVCache(mlx_cache._BaseCache):
 
     @property
     def state(self):
-        return list(self.codes or [])
+        """The five code arrays, then the scalars mlx-lm's prompt-cache writer
+        stores as such: key_bits, value_bits, offset, head_dim, deferred."""
+        meta = [self.key_bits, self.value_bits, self.offset, self.head_dim,
+                int(self.deferred_fwht)]
+        return [*(self.codes or []), *meta]
 
     @state.setter
     def state(self, v):
-        self.codes = list(v) if v else None
-
-    @property
-    def meta_state(self):
-        return (str(self.key_bits), str(self.value_bits), str(self.offset),
-                str(self.head_dim), str(int(self.deferred_fwht)))
-
-    @meta_state.setter
-    def meta_state(self, v):
-        self.key_bits, self.value_bits, self.offset, self.head_dim = map(int, v[:4])
-        self.deferred_fwht = bool(int(v[4])) if len(v) > 4 else False
+        v = list(v)
+        arrays, meta = v[:-5], v[-5:]
+        self.codes = arrays or None
+        self.key_bits, self.value_bits, self.offset, self.head_dim = map(int, meta[:4])
+        self.deferred_fwht = bool(int(meta[4]))
 
 
 def fold_inverse_fwht(model, head_dim: int) -> None:
@@ -160,44 +158,25 @@ def make_cache(model, scheme: str = "k8v3", deferred_fwht: bool = False) -> list
 
 
 def save_prompt_cache(path: str, caches: list, metadata: dict | None = None) -> None:
-    """mlx-lm's prompt-cache file format: arrays keyed by '<layer>.<i>', metadata
-    with the class names, each cache's meta_state, and the user's metadata."""
-    arrays, meta = {}, {"tq_classes": ",".join(type(c).__name__ for c in caches)}
-    for i, c in enumerate(caches):
-        for j, a in enumerate(c.state if isinstance(c.state, (list, tuple)) else []):
-            if isinstance(a, mx.array):
-                arrays[f"{i}.{j}"] = a
-        ms = getattr(c, "meta_state", ())
-        meta[f"tq_meta.{i}"] = "|".join(map(str, ms)) if ms else ""
-        if isinstance(c, mlx_cache.KVCache):
-            meta[f"tq_meta.{i}"] = str(c.offset)
-    for k, v in (metadata or {}).items():
-        meta[f"user.{k}"] = str(v)
-    mx.save_safetensors(path, arrays, meta)
+    """mlx-lm's own prompt-cache writer: the file is mlx-lm's format."""
+    mlx_cache.save_prompt_cache(path, caches, metadata)
 
 
 def load_prompt_cache(path: str, return_metadata: bool = False):
-    arrays, meta = mx.load(path, return_metadata=True)
-    classes = meta["tq_classes"].split(",")
-    caches = []
-    for i, name in enumerate(classes):
-        state = [arrays[f"{i}.{j}"] for j in range(len(arrays)) if f"{i}.{j}" in arrays]
-        if name == "TurboQuantKVCache":
-            c = TurboQuantKVCache()
-            c.state = state
-            c.meta_state = meta[f"tq_meta.{i}"].split("|")
-        elif name == "KVCache":
-            c = mlx_cache.KVCache()
-            if state:
-                c.keys, c.values = state
-            c.offset = int(meta[f"tq_meta.{i}"] or 0)
-        else:
-            c = getattr(mlx_cache, name).from_state(state)
-            if meta[f"tq_meta.{i}"]:
-                c.meta_state = tuple(meta[f"tq_meta.{i}"].split("|"))
-        caches.append(c)
-    user = {k[5:]: v for k, v in meta.items() if k.startswith("user.")}
-    return (caches, user) if return_metadata else caches
+    """mlx-lm's prompt-cache reader, with TurboQuantKVCache among the classes it
+    can rebuild (stock `load_prompt_cache` looks names up in its own module)."""
+    from mlx.utils import tree_unflatten
+
+    arrays, flat_meta = mx.load(path, return_metadata=True)
+    metadata, classes, scalars = tree_unflatten(list(flat_meta.items()))
+    for pos, kind in scalars[1:]:
+        a = arrays[pos]
+        arrays[pos] = {"scalar": lambda x: x.item(), "none": lambda x: None,
+                       "string": lambda x: "".join(chr(i) for i in x.tolist())}[kind](a)
+    states = tree_unflatten(list(arrays.items()))
+    known = {**vars(mlx_cache), "TurboQuantKVCache": TurboQuantKVCache}
+    caches = [known[c].from_state(st) for c, st in zip(classes, states, strict=True)]
+    return (caches, metadata) if return_metadata else caches
 
 
 def generate(model, tokenizer, prompt, scheme: str = "k8v3", **kwargs) -> str:
