@@ -59,3 +59,31 @@ stages:
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert np.isfinite(np.load(tmp_path / "logits.npy")).all()
+
+
+def test_guard_events_recorded_and_failing_hessian_saved(tmp_path):
+    """Rank-deficient Hessians (one 8-token sample over 64 dims) with negligible
+    damping: the guard escalates, records every event in the metadata and saves
+    the failing Hessian to the work dir."""
+    src = save_bf16(make_model("llama"), tmp_path / "src")
+    (tmp_path / "r.yaml").write_text(f"""name: guard
+source: {{path: {src}}}
+output: {tmp_path / 'out'}
+calibration: {{source: {{self_generated: true}}, samples: 1, seq_len: 8}}
+stages:
+  - calibrate
+  - quantize: {{default: {{method: gptq, bits: 4, group_size: 32, damp: 1.0e-30}}}}
+""")
+    source = Source(src)
+    build(compile_plan(load(tmp_path / "r.yaml"), source), source, tmp_path / "out",
+          progress=False, workdir=tmp_path / "work")
+    meta = json.loads((tmp_path / "out" / "optiq_metadata.json").read_text())
+    kinds = {e["event"] for e in meta["guard_events"]}
+    assert "cholesky_failed" in kinds, kinds
+    assert {e["module"] for e in meta["guard_events"]} <= set(meta["modules"])
+    debug = list((tmp_path / "work" / "guard" / "debug").glob("*.safetensors"))
+    assert debug, "the failing Hessian was not saved"
+    for r in meta["modules"].values():
+        if "hessian_proxy_loss" in r:  # never worse than RTN
+            assert r["hessian_proxy_loss"]["gptq_or_kept"] <= r["hessian_proxy_loss"]["rtn"] * (
+                1 + 1e-9)
