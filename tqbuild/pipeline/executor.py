@@ -138,6 +138,7 @@ class Builder:
         self.x: torch.Tensor | None = None  # activations entering the next layer
         self.x_layer = -1  # those activations come after this layer (-1: embeddings)
         self.act_fp: dict[int, str] = {}
+        self._pending_y: torch.Tensor | None = None  # layer output from the Hessian pass
 
     # ---- fingerprints ---------------------------------------------------------
     def _unit_of_module(self, module: str) -> str:
@@ -210,6 +211,10 @@ class Builder:
         if self.calib.hessians == "propagate":
             cached = self.wd.load_unit(unit.name, self.unit_fp(unit))
             hf.update(self._dequantized_hf(cached[0]))
+        return self._materialise(i, hf)
+
+    def _materialise(self, i: int, hf: dict[str, torch.Tensor]):
+        """Layer i as a transformers module from HF-named (checkpoint) tensors."""
         pre = f"{self.fam.layer_prefix}{i}."
         return self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
 
@@ -264,7 +269,7 @@ class Builder:
         i = unit.index
         x = self.acts_before(i)
         pre = f"{self.fam.layer_prefix}{i}."
-        layer = self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
+        layer = self._materialise(i, hf)
         bar.set_postfix_str(f"{unit.name}: hessians")
         cap = HessianCapture(layer, self.calib.seq_len)
         y = self.runner.run(i, layer, x, on_sample=cap.start_batch)
@@ -303,16 +308,13 @@ class Builder:
         """Activations after this layer: the unquantized layer's (original) or the
         quantized layer's (propagate)."""
         i = unit.index
-        y = getattr(self, "_pending_y", None)
-        self._pending_y = None
+        y, self._pending_y = self._pending_y, None
         if self.calib.hessians == "propagate" or y is None:
             x = self.acts_before(i)
             state = dict(hf)
             if self.calib.hessians == "propagate":
                 state.update(self._dequantized_hf(quantized))
-            pre = f"{self.fam.layer_prefix}{i}."
-            layer = self.runner.layer(i, {k[len(pre):]: v for k, v in state.items()})
-            y = self.runner.run(i, layer, x)
+            y = self.runner.run(i, self._materialise(i, state), x)
         self.wd.save_acts(i, self.act_fp[i], y)
         self.x, self.x_layer = y, i
 
