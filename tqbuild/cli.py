@@ -105,6 +105,34 @@ def plan(
     typer.echo(describe(p))
 
 
+@app.command("inspect")
+def inspect_cmd(
+    artifact: Annotated[Path, typer.Argument(help="An artifact directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Per-module format/bits/shape/bytes, bits per weight, transforms, calibration,
+    guard events.
+
+    Example: tq-build inspect out/smollm2-rot-gptq4 --json
+    """
+    import json
+
+    from .inspect_artifact import inspect, render
+
+    info = inspect(artifact)
+    typer.echo(json.dumps(info, indent=2) if as_json else render(info))
+
+
+@app.command("schema")
+def schema_cmd() -> None:
+    """Print the recipe's JSON Schema (for editors)."""
+    import json
+
+    from .recipe import recipe_json_schema
+
+    typer.echo(json.dumps(recipe_json_schema(), indent=2))
+
+
 kv_app = typer.Typer(help="TurboQuant KV-cache codec.", no_args_is_help=True)
 app.add_typer(kv_app, name="kv")
 

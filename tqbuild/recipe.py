@@ -408,3 +408,29 @@ def _parse_stages(raw: Any, where_of, calibration: Any = None) -> tuple[Stage, .
     if out[-1].name != "write":
         out.append(Stage(name="write", params=WriteParams(), line=out[-1].line))
     return tuple(out)
+
+
+def recipe_json_schema() -> dict:
+    """JSON Schema of a recipe file (stages as one-key mappings or bare names)."""
+    stage_items = []
+    for name, model in STAGES.items():
+        stage_items.append({"const": name})
+        stage_items.append({"type": "object", "additionalProperties": False,
+                            "properties": {name: {"anyOf": [model.model_json_schema(),
+                                                            {"type": "null"}]}},
+                            "required": [name]})
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "tq-build recipe",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "source", "output", "stages"],
+        "properties": {
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+            "source": {"anyOf": [SourceSpec.model_json_schema(), {"type": "string"}]},
+            "output": {"type": "string"},
+            "workdir": {"type": "string"},
+            "calibration": CalibrateParams.model_json_schema(),
+            "stages": {"type": "array", "items": {"anyOf": stage_items}, "minItems": 1},
+        },
+    }

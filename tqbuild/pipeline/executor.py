@@ -422,7 +422,8 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
             c = b.calib
             kind = ("files" if c.source.files else "dataset" if c.source.dataset
                     else "self_generated")
-            calib = {"source": kind, **c.model_dump(), "token_sha256": b.token_sha}
+            calib = {**c.model_dump(), "source": kind, "source_spec": c.source.model_dump(),
+                     "token_sha256": b.token_sha}
         meta = build_metadata(plan, source_hashes=b.source.file_hashes(), gguf=gguf_info,
                               modules=modules, calibration=calib, guard_events=events)
         write_json(tmp / "optiq_metadata.json", meta)

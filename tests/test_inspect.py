@@ -1,0 +1,51 @@
+"""`tq-build inspect` and `tq-build schema`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tiny import make_model, save_bf16
+
+
+def test_inspect_reports_modules_bpw_and_transforms(tmp_path):
+    src = save_bf16(make_model("llama"), tmp_path / "src")
+    (tmp_path / "r.yaml").write_text(f"""name: ins
+source: {{path: {src}}}
+output: out
+stages:
+  - untie
+  - norm_fold
+  - rotate: {{seed: 5}}
+  - quantize:
+      default: {{bits: 4, group_size: 32}}
+      rules: [{{match: 'down_proj', bits: 8}}, {{match: 'lm_head', format: none}}]
+""")
+    assert subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml"], cwd=tmp_path,
+                          capture_output=True).returncode == 0
+    p = subprocess.run([sys.executable, "-m", "tqbuild", "inspect", "out", "--json"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    info = json.loads(p.stdout)
+    mods = info["modules"]
+    assert mods["model.layers.0.mlp.down_proj"]["bits"] == 8
+    assert mods["model.layers.0.mlp.down_proj"]["shape"] == [64, 128]
+    assert mods["lm_head"]["format"] == "bfloat16"
+    # per layer: q,o 64×64, k,v 32×64, gate/up 128×64 at 4 bits; down 64×128 at 8; g32 bf16
+    # scale+bias add 32 bits per 32 weights
+    w4 = 2 * 64 * 64 + 2 * 32 * 64 + 2 * 128 * 64
+    w8 = 64 * 128
+    expect = (w4 * 5 + w8 * 9) / (w4 + w8)
+    assert abs(info["bits_per_weight"] - expect) < 1e-3
+    assert info["weight_transforms"][0]["seed"] == 5
+    text = subprocess.run([sys.executable, "-m", "tqbuild", "inspect", "out"], cwd=tmp_path,
+                          capture_output=True, text=True).stdout
+    assert "bits per weight" in text and "model.layers.1.self_attn.q_proj" in text
+
+
+def test_schema_is_json_schema_of_the_recipe():
+    p = subprocess.run([sys.executable, "-m", "tqbuild", "schema"], capture_output=True,
+                       text=True)
+    s = json.loads(p.stdout)
+    assert s["additionalProperties"] is False and "stages" in s["required"]
+    assert "calibration" in s["properties"]
