@@ -27,13 +27,13 @@ def _log(msg: str) -> None:
     typer.echo(msg, err=True)
 
 
-def _prepare(recipe_path: Path, workdir: Path | None):
+def _prepare(recipe_path: Path, workdir: Path | None, overrides: list[str] | None = None):
     from .io.resolve import resolve_source
     from .io.source import Source
     from .pipeline.graph import compile_plan
     from .recipe import load
 
-    recipe = load(recipe_path)
+    recipe = load(recipe_path, overrides or ())
     root = Path(workdir or recipe.workdir)
     src_dir, gguf = resolve_source(recipe, root / "cache", log=_log)
     source = Source(src_dir)
@@ -52,6 +52,12 @@ def build(
         "(in `propagate` mode everything downstream too).")] = None,
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N for Hessians and "
                                              "GPTQ.")] = "cpu",
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a recipe value, validated like the YAML, e.g. "
+        "--set stages.rotate.seed=7 (recorded in the metadata).")] = None,
+    log_json: Annotated[Path | None, typer.Option(
+        "--log-json", help="Append one JSON event per unit (start/end, seconds, peak "
+        "memory, proxy error, guard events) to this file.")] = None,
 ) -> None:
     """Build the artifact a recipe describes.
 
@@ -63,12 +69,17 @@ def build(
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     layers = parse_layers(rerun_layers) if rerun_layers else set()
-    r, plan, source, gguf = _prepare(recipe, workdir)
+    r, plan, source, gguf = _prepare(recipe, workdir, set_)
     out = Path(output or r.output)
+    events = None
+    if log_json is not None:
+        from .pipeline.events import JsonLog
+
+        events = JsonLog(log_json)
     try:
         res = run_build(plan, source, out, force=force, gguf=gguf, log=_log,
                         workdir=Path(workdir or r.workdir), rerun_layers=layers,
-                        device=device)
+                        device=device, events=events)
     except KeyboardInterrupt:
         again = " ".join(["tq-build", *sys.argv[2 if sys.argv[1:2] == ["build"] else 1:]])
         typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "
@@ -97,11 +108,13 @@ def parse_layers(spec: str) -> set[int]:
 def plan(
     recipe: Annotated[Path, typer.Argument(help="Recipe YAML file.")],
     workdir: WorkdirOpt = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a recipe value.")
+                    ] = None,
 ) -> None:
     """Print the compiled stage graph without touching weights."""
     from .pipeline.report import describe
 
-    r, p, _source, _gguf = _prepare(recipe, workdir)
+    r, p, _source, _gguf = _prepare(recipe, workdir, set_)
     typer.echo(describe(p))
 
 

@@ -201,10 +201,13 @@ class Recipe(Frozen):
     file: str
     text: str
     lines: dict[str, int]
+    overrides: tuple[str, ...] = ()
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
+        """sha256 of the recipe text and the `--set` overrides applied to it."""
+        extra = "".join(f"\n#--set {o}" for o in self.overrides)
+        return hashlib.sha256((self.text + extra).encode()).hexdigest()
 
     def stage(self, name: str) -> Any | None:
         return next((s.params for s in self.stages if s.name == name), None)
@@ -300,7 +303,52 @@ def _expected(model: type[BaseModel], loc: tuple) -> str:
     return f"a value of type {str(ann).replace('typing.', '')}"
 
 
-def load(path: str | Path) -> Recipe:
+def apply_override(data: Any, spec: str) -> None:
+    """`a.b.c=VALUE` (VALUE parsed as YAML); a stage is addressed by its name:
+    `stages.rotate.seed=7`."""
+    where = f"--set {spec}"
+    key, eq, raw = spec.partition("=")
+    if not eq or not key:
+        raise RecipeError("an override is written KEY.PATH=VALUE", where=where,
+                          fix="e.g. --set stages.rotate.seed=7")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise RecipeError(f"value {raw!r} is not valid YAML", where=where,
+                          fix="quote strings that contain YAML syntax") from None
+    parts = key.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):  # stages: find the stage by name
+            hit = None
+            for j, item in enumerate(node):
+                name = item if isinstance(item, str) else next(iter(item), None) \
+                    if isinstance(item, dict) else None
+                if name == part:
+                    if isinstance(item, str):
+                        node[j] = item = {part: {}}
+                    elif item[part] is None:
+                        item[part] = {}
+                    hit = item[part]
+            if hit is None:
+                raise RecipeError(f"no stage {part!r} in the recipe", where=where,
+                                  fix="override a stage the recipe lists")
+            node = hit
+        elif isinstance(node, dict):
+            node = node.setdefault(part, {})
+            if node is None:
+                raise RecipeError(f"{'.'.join(parts[:i + 1])} is empty", where=where,
+                                  fix="set the whole mapping instead")
+        else:
+            raise RecipeError(f"{'.'.join(parts[:i])} is not a mapping", where=where,
+                              fix="check the key path")
+    if not isinstance(node, dict):
+        raise RecipeError(f"{'.'.join(parts[:-1])} is not a mapping", where=where,
+                          fix="check the key path")
+    node[parts[-1]] = value
+
+
+def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recipe:
     path = Path(path)
     if not path.is_file():
         raise RecipeError(f"recipe file {path} does not exist",
@@ -330,6 +378,8 @@ def load(path: str | Path) -> Recipe:
     if not isinstance(data, dict):
         raise RecipeError("a recipe must be a mapping with name, source, output and stages",
                           where=f"{file}:1", fix="see recipes/ for examples")
+    for spec in overrides:
+        apply_override(data, spec)
     for k in data:
         if k not in TOP_KEYS:
             raise _fail(where_of(k), f"unknown key {k!r} at the top level",
@@ -354,7 +404,7 @@ def load(path: str | Path) -> Recipe:
     stages = _parse_stages(data["stages"], where_of, data.get("calibration"))
     return Recipe(name=data["name"], source=source, output=data["output"],
                   workdir=data.get("workdir", ".tq-work"), stages=stages, file=file, text=text,
-                  lines=lines)
+                  lines=lines, overrides=tuple(overrides))
 
 
 def _parse_stages(raw: Any, where_of, calibration: Any = None) -> tuple[Stage, ...]:

@@ -40,7 +40,8 @@ def build_metadata(plan, *, source_hashes: dict, gguf: dict | None, modules: dic
     return {
         "format_version": FORMAT_VERSION,
         "tool": {"name": "tq-build", "version": __version__},
-        "recipe": {"name": r.name, "file": Path(r.file).name, "sha256": r.hash, "text": r.text},
+        "recipe": {"name": r.name, "file": Path(r.file).name, "sha256": r.hash, "text": r.text,
+                   "overrides": list(r.overrides)},
         "source": {"model_type": plan.config.get("model_type"), "files": source_hashes,
                    "gguf": gguf},
         "weight_transforms": weight_transforms(plan),

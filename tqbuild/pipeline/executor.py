@@ -112,9 +112,10 @@ class Builder:
     """One build: fingerprints, calibration state, unit computation, assembly."""
 
     def __init__(self, plan: Plan, source: Source, wd: WorkDir, *, device: str = "cpu",
-                 log=print, progress: bool = True):
+                 log=print, progress: bool = True, events=None):
         self.plan, self.source, self.wd = plan, source, wd
         self.device, self.log, self.progress = device, log, progress
+        self.events = events or (lambda event, **fields: None)
         self.fam = plan.family
         self.write = plan.recipe.stage("write") or WriteParams()
         self.dtype = DTYPES[self.write.dtype]
@@ -340,6 +341,7 @@ class Builder:
             fp = self.unit_fp(unit)
             fps[unit.name] = fp
             cached = None if unit.name in forced else self.wd.load_unit(unit.name, fp)
+            self.events("unit_start", unit=unit.name, cached=cached is not None)
             if cached is None:
                 tensors, st = self.compute(unit, bar)
                 self.wd.save_unit(unit.name, fp, tensors, st)
@@ -349,6 +351,13 @@ class Builder:
                 release_memory()
             else:
                 stats[unit.name] = cached[1]
+            mods = stats[unit.name]["modules"]
+            errs = [m["proxy_rel_error"] for m in mods.values() if "proxy_rel_error" in m]
+            self.events("unit_end", unit=unit.name, cached=cached is not None,
+                        seconds=stats[unit.name].get("seconds"),
+                        mean_proxy_rel_error=sum(errs) / len(errs) if errs else None,
+                        guard_events=[e for m in mods.values()
+                                      for e in m.get("guard_events", [])])
         return fps, computed, stats
 
 
@@ -368,7 +377,7 @@ def release_memory() -> None:
 def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
           gguf: Path | None = None, log=print, progress: bool = True,
           workdir: Path | None = None, rerun_layers: set[int] | None = None,
-          device: str = "cpu") -> BuildResult:
+          device: str = "cpu", events=None) -> BuildResult:
     t0 = time.perf_counter()
     recipe = plan.recipe
     output = Path(output)
@@ -376,9 +385,13 @@ def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
     wd = WorkDir(Path(workdir or recipe.workdir), recipe.name)
     wd.lock()
     try:
-        builder = Builder(plan, source, wd, device=device, log=log, progress=progress)
+        builder = Builder(plan, source, wd, device=device, log=log, progress=progress,
+                          events=events)
+        builder.events("build_start", recipe=recipe.name, units=len(plan.units))
         fps, computed, stats = builder.run(set(rerun_layers or ()))
         shards, modules = assemble(builder, fps, output, gguf)
+        builder.events("build_end", recipe=recipe.name, computed=len(computed),
+                       seconds=round(time.perf_counter() - t0, 3))
         report = {"recipe": recipe.name, "seconds": round(time.perf_counter() - t0, 2),
                   "computed_units": computed,
                   "unit_seconds": {u: s.get("seconds") for u, s in stats.items()}}
