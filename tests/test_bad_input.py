@@ -214,3 +214,19 @@ def test_rules_first_match_wins_and_none_keeps_float():
 def test_gptq_without_calibrate_is_refused(tmp_path, src):
     text = GOOD.format(src=src, out=tmp_path / "out").replace("bits: 4,", "method: gptq, bits: 4,")
     check_rejected(tmp_path, text, "r.yaml:8", "needs Hessians", "- calibrate")
+
+
+def test_custom_code_source_refused_unless_trusted(tmp_path, src):
+    q = tmp_path / "remote"
+    q.mkdir()
+    for f in src.iterdir():
+        (q / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((q / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}
+    (q / "config.json").write_text(json.dumps(cfg))
+    check_rejected(tmp_path, GOOD.format(src=q, out=tmp_path / "out"), "auto_map",
+                   "trust_remote_code: true")
+    trusted = GOOD.format(src=q, out=tmp_path / "out").replace(
+        f"{{path: {q}}}", f"{{path: {q}, trust_remote_code: true}}")
+    (tmp_path / "r.yaml").write_text(trusted)
+    assert run_cli(str(tmp_path / "r.yaml"), "--threads", "1", cwd=tmp_path).returncode == 0

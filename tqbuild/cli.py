@@ -36,7 +36,7 @@ def _prepare(recipe_path: Path, workdir: Path | None, overrides: list[str] | Non
     recipe = load(recipe_path, overrides or ())
     root = Path(workdir or recipe.workdir)
     src_dir, gguf = resolve_source(recipe, root / "cache", log=_log)
-    source = Source(src_dir)
+    source = Source(src_dir, trust_remote_code=recipe.source.trust_remote_code)
     return recipe, compile_plan(recipe, source), source, gguf
 
 
@@ -58,6 +58,8 @@ def build(
     log_json: Annotated[Path | None, typer.Option(
         "--log-json", help="Append one JSON event per unit (start/end, seconds, peak "
         "memory, proxy error, guard events) to this file.")] = None,
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads for torch (default: torch's own choice).")] = None,
 ) -> None:
     """Build the artifact a recipe describes.
 
@@ -69,6 +71,10 @@ def build(
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     layers = parse_layers(rerun_layers) if rerun_layers else set()
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(max(1, threads))
     r, plan, source, gguf = _prepare(recipe, workdir, set_)
     out = Path(output or r.output)
     events = None

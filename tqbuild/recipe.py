@@ -29,6 +29,8 @@ class SourceSpec(Frozen):
     path: str | None = None
     package: str | None = Field(None, description="a Python package that ships the weights")
     file: str | None = Field(None, description="file inside `package` (glob allowed)")
+    trust_remote_code: bool = Field(False, description="allow a source whose config names "
+                                    "custom code (auto_map); tq-build never runs it")
 
 
 class RotateParams(Frozen):

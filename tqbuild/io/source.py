@@ -22,7 +22,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 class Source:
     """Config + lazily-read tensors of one checkpoint directory."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, trust_remote_code: bool = False):
         self.path = Path(path)
         cfg_path = self.path / "config.json"
         if not self.path.is_dir() or not cfg_path.is_file():
@@ -38,6 +38,12 @@ class Source:
                 fix="use the full-precision (bf16/fp16/fp32) checkpoint; a llama.cpp model "
                 "comes in as a .gguf file",
             )
+        if "auto_map" in self.config and not trust_remote_code:
+            raise SourceError(
+                "the source's config.json names custom modelling code (auto_map)",
+                where=str(cfg_path),
+                fix="set `source: {..., trust_remote_code: true}` in the recipe if you trust "
+                "it (tq-build reads the weights only and never imports that code)")
         self._where: dict[str, Path] = {}
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
