@@ -153,3 +153,17 @@ def test_second_build_on_same_workdir_is_refused(src, tmp_path):
             WorkDir(tmp_path / "w", "n").lock()
     finally:
         a.unlock()
+
+
+def test_activations_are_pruned_unless_kept(src, tmp_path):
+    r = recipe(tmp_path, src, "pr")
+    assert cli(r).returncode == 0
+    acts = sorted((tmp_path / "pr" / "work" / "tiny-gptq" / "acts").glob("*.safetensors"))
+    assert [a.name for a in acts] == ["after-layer-0003.safetensors"]
+    r.write_text(r.read_text().replace("  hessians: original\n",
+                                       "  hessians: original\n  keep: all\n"))
+    p = cli(r, "--force", "--rerun-layers", "0-3")
+    assert p.returncode == 0, p.stderr
+    assert computed(tmp_path / "pr" / "work") == [f"layer {i}" for i in range(4)]
+    acts = sorted((tmp_path / "pr" / "work" / "tiny-gptq" / "acts").glob("*.safetensors"))
+    assert len(acts) == 4

@@ -139,6 +139,9 @@ class CalibrateParams(Frozen):
     batch_size: int = Field(16, ge=1, description="sequences sampled at once (self_generated);"
                             " part of the calibration's identity")
     temperature: float = Field(1.0, gt=0, description="self_generated sampling temperature")
+    keep: Literal["last", "all"] = Field(
+        "last", description="activations kept in the work dir: only those entering the "
+        "next layer (older ones are replayed from the embeddings if ever needed) or all")
 
 
 class WriteParams(Frozen):

@@ -165,7 +165,7 @@ class Builder:
         from ..stages.layer_forward import LayerRunner
 
         p = self.calib
-        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump())
+        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude={"keep", "hessians"}))
         f = self.wd.calib_file(cfp)
         if f.is_file():
             self.ids = np.load(f)
@@ -317,6 +317,8 @@ class Builder:
                 state.update(self._dequantized_hf(quantized))
             y = self.runner.run(i, self._materialise(i, state), x)
         self.wd.save_acts(i, self.act_fp[i], y)
+        if self.calib.keep == "last":
+            self.wd.prune_acts(before=i)
         self.x, self.x_layer = y, i
 
     # ---- the whole build ----------------------------------------------------------

@@ -131,6 +131,17 @@ class WorkDir:
         _write_point()
         os.replace(tmp, f)
 
+    def prune_acts(self, before: int) -> None:
+        """Delete saved activations of layers before `before`: nothing needs them
+        once the next layer's are on disk (a rerun replays from the embeddings)."""
+        d = self.path / "acts"
+        for f in d.glob("after-layer-*.safetensors"):
+            if int(f.stem.rsplit("-", 1)[1]) < before:
+                f.unlink(missing_ok=True)
+
+    def size_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
     # ---- calibration tokens / debug ----------------------------------------
     def calib_file(self, fp: str) -> Path:
         """Shared by every recipe under this root (content-addressed)."""
