@@ -60,6 +60,8 @@ def build(
         "memory, proxy error, guard events) to this file.")] = None,
     threads: Annotated[int | None, typer.Option(
         help="CPU threads for torch (default: torch's own choice).")] = None,
+    ignore_disk: Annotated[bool, typer.Option(
+        "--ignore-disk", help="Start even if the disk looks too small.")] = False,
 ) -> None:
     """Build the artifact a recipe describes.
 
@@ -85,7 +87,7 @@ def build(
     try:
         res = run_build(plan, source, out, force=force, gguf=gguf, log=_log,
                         workdir=Path(workdir or r.workdir), rerun_layers=layers,
-                        device=device, events=events)
+                        device=device, events=events, ignore_disk=ignore_disk)
     except KeyboardInterrupt:
         again = " ".join(["tq-build", *sys.argv[2 if sys.argv[1:2] == ["build"] else 1:]])
         typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "

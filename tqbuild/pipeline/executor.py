@@ -9,6 +9,7 @@ since phase 2 reads only checkpoints, writes a byte-identical artifact."""
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import time
@@ -62,6 +63,27 @@ def check_output(output: Path, recipe_name: str, force: bool) -> None:
     except OSError as e:
         raise OutputError(f"cannot create the output's parent directory {output.parent}: "
                           f"{e.strerror}", fix="choose a writable --output") from None
+
+
+def check_disk(plan: Plan, output: Path, workdir: Path) -> None:
+    """Refuse to start when the target filesystems cannot hold what the build writes."""
+    from .graph import estimate_sizes
+
+    sizes = estimate_sizes(plan)
+    need: dict[int, tuple[Path, int]] = {}
+    for path, n in ((output.parent, sizes["output"]), (workdir, sizes["workdir"])):
+        p = path
+        while not p.exists():
+            p = p.parent
+        dev = p.stat().st_dev
+        need[dev] = (p, need.get(dev, (p, 0))[1] + n)
+    for p, n in need.values():
+        free = shutil.disk_usage(p).free
+        if free < n:
+            raise OutputError(
+                f"not enough disk space at {p}: the build writes about {n / 2**30:.2f} GiB, "
+                f"{free / 2**30:.2f} GiB are free",
+                fix="free space, choose another --output/--workdir, or pass --ignore-disk")
 
 
 def _temp_dir(output: Path) -> Path:
@@ -363,6 +385,15 @@ class Builder:
         return fps, computed, stats
 
 
+def disk_full(e: BaseException) -> bool:
+    """ENOSPC/EDQUOT, also when a writer (safetensors' Rust one) wraps it."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(e)
+    return any(m in text for m in ("No space left on device", "os error 28",
+                                   "Disk quota exceeded", "os error 122"))
+
+
 def release_memory() -> None:
     """Hand freed heap back to the OS between units (glibc keeps it otherwise), so
     resident memory tracks the one unit in flight."""
@@ -379,11 +410,13 @@ def release_memory() -> None:
 def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
           gguf: Path | None = None, log=print, progress: bool = True,
           workdir: Path | None = None, rerun_layers: set[int] | None = None,
-          device: str = "cpu", events=None) -> BuildResult:
+          device: str = "cpu", events=None, ignore_disk: bool = False) -> BuildResult:
     t0 = time.perf_counter()
     recipe = plan.recipe
     output = Path(output)
     check_output(output, recipe.name, force)
+    if not ignore_disk:
+        check_disk(plan, output, Path(workdir or recipe.workdir))
     wd = WorkDir(Path(workdir or recipe.workdir), recipe.name)
     wd.lock()
     try:
@@ -398,6 +431,12 @@ def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
                   "computed_units": computed,
                   "unit_seconds": {u: s.get("seconds") for u, s in stats.items()}}
         write_json(wd.path / "report.json", report)
+    except Exception as e:
+        if disk_full(e):
+            raise OutputError(f"the disk filled up while writing ({output} or {wd.path})",
+                              fix="free space and run the same command again: finished "
+                              "units are checkpointed and the output was not touched") from None
+        raise
     finally:
         wd.unlock()
     return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=shards,

@@ -230,6 +230,33 @@ def estimate_peak_bytes(plan: Plan, shard_bytes: int) -> int:
     return max(per_unit) + rot + min(shard_bytes, sum(_numel(s) for s in plan.shapes.values()) * 2)
 
 
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def estimate_sizes(plan: Plan) -> dict[str, int]:
+    """Bytes the build will write: the artifact, and the work dir (unit
+    checkpoints ≈ the artifact, calibration activations, tokens)."""
+    from ..recipe import WriteParams
+
+    wp = plan.recipe.stage("write") or WriteParams()
+    fb = DTYPE_BYTES[wp.dtype]
+    out = 0
+    for name, shape in plan.shapes.items():
+        spec = plan.specs.get(name[: -len(".weight")]) if name.endswith(".weight") else None
+        n = _numel(shape)
+        if spec is not None and spec.format == "affine":
+            out += n * spec.bits // 8 + 2 * (n // spec.group_size) * fb
+        else:
+            out += n * fb
+    acts = 0
+    calib = plan.recipe.stage("calibrate")
+    if calib is not None:
+        per_layer = calib.samples * calib.seq_len * plan.hidden * 4
+        acts = per_layer * (1 if calib.keep == "last" else plan.num_layers) * 2  # + one in flight
+        acts += calib.samples * calib.seq_len * 4
+    return {"output": out, "workdir": out + acts, "activations": acts}
+
+
 def _numel(shape) -> int:
     n = 1
     for d in shape:

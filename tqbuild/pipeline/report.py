@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..recipe import WriteParams
-from .graph import Plan, estimate_peak_bytes
+from .graph import Plan, estimate_peak_bytes, estimate_sizes
 
 
 def _gb(n: int) -> str:
@@ -51,6 +51,9 @@ def describe(plan: Plan) -> str:
             lines.append(f"  {n:>4} module(s): {what}")
     wp = r.stage("write") or WriteParams()
     lines.append(f"peak memory (estimate)  {_gb(estimate_peak_bytes(plan, wp.shard_bytes))}")
+    sizes = estimate_sizes(plan)
+    lines.append(f"disk (estimate)         output {_gb(sizes['output'])}; work dir "
+                 f"{_gb(sizes['workdir'])} (activations {_gb(sizes['activations'])})")
     if plan.dropped:
         lines.append(f"dropped  {len(plan.dropped)} tensor(s) mlx-lm does not load (mtp.*)")
     return "\n".join(lines)
