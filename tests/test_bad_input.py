@@ -230,3 +230,23 @@ def test_custom_code_source_refused_unless_trusted(tmp_path, src):
         f"{{path: {q}}}", f"{{path: {q}, trust_remote_code: true}}")
     (tmp_path / "r.yaml").write_text(trusted)
     assert run_cli(str(tmp_path / "r.yaml"), "--threads", "1", cwd=tmp_path).returncode == 0
+
+
+def test_hub_cache_reference_offline(tmp_path, src, monkeypatch):
+    """`source: {hub: org/name@rev}` resolves in the local HF cache, never online."""
+    snap = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / ("a" * 40)
+    snap.mkdir(parents=True)
+    for f in src.iterdir():
+        (snap / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "hub" / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--tiny" / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    text = GOOD.format(src="x", out=tmp_path / "out").replace("{path: x}", "{hub: acme/tiny@main}")
+    (tmp_path / "r.yaml").write_text(text)
+    p = run_cli(str(tmp_path / "r.yaml"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    missing = text.replace("acme/tiny@main", "acme/absent").replace(
+        str(tmp_path / "out"), str(tmp_path / "out2"))
+    check_rejected(tmp_path, missing, "r.yaml:2", "not in the local Hugging Face cache",
+                   "HF_HUB_CACHE", out=tmp_path / "out2")

@@ -27,6 +27,8 @@ class Frozen(BaseModel):
 
 class SourceSpec(Frozen):
     path: str | None = None
+    hub: str | None = Field(None, description="'org/name' or 'org/name@revision', read "
+                            "from the local Hugging Face cache only")
     package: str | None = Field(None, description="a Python package that ships the weights")
     file: str | None = Field(None, description="file inside `package` (glob allowed)")
     trust_remote_code: bool = Field(False, description="allow a source whose config names "
@@ -403,9 +405,10 @@ def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recip
     if isinstance(src, str):
         src = {"path": src}
     source = _validate(SourceSpec, src, ("source",), where_of)
-    if (source.path is None) == (source.package is None):
-        raise _fail(where_of("source"), "source needs exactly one of `path` or `package`",
-                    "give `path: DIR_OR_GGUF` or `package: NAME` with `file: GLOB`")
+    if sum(x is not None for x in (source.path, source.package, source.hub)) != 1:
+        raise _fail(where_of("source"), "source needs exactly one of `path`, `hub` or `package`",
+                    "give `path: DIR_OR_GGUF`, `hub: org/name@revision` or `package: NAME` "
+                    "with `file: GLOB`")
     stages = _parse_stages(data["stages"], where_of, data.get("calibration"))
     return Recipe(name=data["name"], source=source, output=data["output"],
                   workdir=data.get("workdir", ".tq-work"), stages=stages, file=file, text=text,

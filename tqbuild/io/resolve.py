@@ -25,9 +25,25 @@ def package_file(package: str, pattern: str | None, where: str) -> Path:
     return hits[0]
 
 
+def hub_snapshot(ref: str, where: str) -> Path:
+    """'org/name[@revision]' -> its snapshot dir in the local HF cache (offline)."""
+    repo, _, rev = ref.partition("@")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo, revision=rev or None, local_files_only=True))
+    except Exception as e:  # not cached (LocalEntryNotFoundError), bad id, …
+        raise SourceError(f"{ref!r} is not in the local Hugging Face cache ({type(e).__name__})",
+                          where=where, fix="download it once where there is network "
+                          "(huggingface-cli download), set HF_HUB_CACHE, or give `path:`"
+                          ) from None
+
+
 def resolve_source(recipe: Recipe, cache_root: Path, log=print) -> tuple[Path, Path | None]:
     """(HF directory, the original GGUF file or None)."""
     where = recipe.line_of("source")
+    if recipe.source.hub:
+        return hub_snapshot(recipe.source.hub, where), None
     if recipe.source.package:
         p = package_file(recipe.source.package, recipe.source.file, where)
     else:
