@@ -40,12 +40,12 @@ def inspect(path: Path) -> dict:
             continue
         module = name[: -len(".weight")]
         rec = meta.get("modules", {}).get(module, {})
-        parts = [name] + [f"{module}.{s}" for s in ("scales", "biases") if f"{module}.{s}"
-                          in tensors]
+        parts = [name] + [f"{module}.{s}" for s in ("scales", "biases")
+                          if f"{module}.{s}" in tensors]
         stored = sum(nbytes(p) for p in parts)
         bits = rec.get("bits", DTYPE_BITS[dt])
         logical = list(shape)
-        if rec.get("format") == "affine":  # packed uint32 words -> weights per row
+        if rec.get("format") in ("affine", "mxfp4", "nvfp4", "mxfp8"):  # packed uint32 words
             logical[-1] = shape[-1] * 32 // bits
         weights = 1
         for d in logical:

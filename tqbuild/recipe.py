@@ -50,20 +50,41 @@ Bits = Literal[2, 3, 4, 5, 6, 8]
 GroupSize = Literal[32, 64, 128]
 
 
+Format = Literal["affine", "none", "mxfp4", "nvfp4", "mxfp8"]
+# MLX's microscaling modes fix their bits and group size
+MX_FORMATS = {"mxfp4": (4, 32), "nvfp4": (4, 16), "mxfp8": (8, 32)}
+
+
 class QuantSpec(Frozen):
     method: Literal["rtn", "gptq"] = "rtn"
-    format: Literal["affine", "none"] = "affine"
+    format: Format = "affine"
     bits: Bits = 4
     group_size: GroupSize = 64
     damp: float = Field(0.01, gt=0, le=10, description="GPTQ damping, × mean diag(H)")
     act_order: bool = False
     block_size: int = Field(128, ge=1, le=4096)
 
+    @property
+    def mx(self) -> bool:
+        return self.format in MX_FORMATS
+
+    @property
+    def quantized(self) -> bool:
+        return self.format != "none"
+
+    @property
+    def bits_(self) -> int:
+        return MX_FORMATS[self.format][0] if self.mx else self.bits
+
+    @property
+    def group_(self) -> int:
+        return MX_FORMATS[self.format][1] if self.mx else self.group_size
+
 
 class QuantRule(Frozen):
     match: str
     method: Literal["rtn", "gptq"] | None = None
-    format: Literal["affine", "none"] | None = None
+    format: Format | None = None
     bits: Bits | None = None
     group_size: GroupSize | None = None
     damp: float | None = Field(None, gt=0, le=10)
@@ -454,6 +475,15 @@ def _parse_stages(raw: Any, where_of, calibration: Any = None) -> tuple[Stage, .
                             f"stage {later.name!r} cannot run after {s.name!r}",
                             WHY_ORDER[later.name] + f"; the order is {' → '.join(ORDER)}")
     names = [s.name for s in out]
+    q = next((s for s in out if s.name == "quantize"), None)
+    if q is not None:
+        for spec, path in [(q.params.default, ("default",))] + [
+                (r.apply(q.params.default), ("rules", i)) for i, r in enumerate(q.params.rules)]:
+            if spec.mx and spec.method == "gptq":
+                raise _fail(where_of("stages", names.index("quantize"), "quantize", *path),
+                            f"format {spec.format} is quantized by MLX itself (RTN); "
+                            "GPTQ needs the affine format",
+                            "use method: rtn with this format, or format: affine")
     if calibration is not None and "calibrate" not in names:
         raise _fail(where_of("calibration"), "`calibration:` is set but no stage uses it",
                     "add `- calibrate` before `- quantize`, or remove `calibration:`")

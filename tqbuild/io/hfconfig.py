@@ -66,11 +66,17 @@ def artifact_config(source_config: dict, *, model_type: str | None, untied: bool
 
 def quantization_entry(specs: dict, default) -> dict | None:
     """Global group_size/bits/mode + per-module overrides where a module differs."""
-    quantized = {m: s for m, s in specs.items() if s.format == "affine"}
+    quantized = {m: s for m, s in specs.items() if s.quantized}
     if not quantized:
         return None
-    entry: dict = {"group_size": default.group_size, "bits": default.bits, "mode": "affine"}
+    base = default if default.quantized else next(iter(quantized.values()))
+
+    def key(s):
+        return {"group_size": s.group_, "bits": s.bits_,
+                "mode": s.format if s.mx else "affine"}
+
+    entry: dict = key(base)
     for m, s in sorted(quantized.items()):
-        if (s.bits, s.group_size) != (default.bits, default.group_size):
-            entry[m] = {"group_size": s.group_size, "bits": s.bits, "mode": "affine"}
+        if key(s) != key(base):
+            entry[m] = key(s)
     return entry

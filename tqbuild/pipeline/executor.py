@@ -247,7 +247,10 @@ class Builder:
         deq = {}
         for name, t in art.items():
             module = name[: -len(".weight")]
-            if name.endswith(".weight") and f"{module}.scales" in art:
+            if name.endswith(".weight") and f"{module}.scales" in art and \
+                    self.plan.specs[module].mx:
+                deq[name] = mx_dequantize(t, art[f"{module}.scales"], self.plan.specs[module])
+            elif name.endswith(".weight") and f"{module}.scales" in art:
                 spec = self.plan.specs[module]
                 q = torch.from_numpy(mlx_affine.unpack(t.numpy(), spec.bits).astype(np.int32))
                 deq[name] = mlx_affine.dequantize(q, art[f"{module}.scales"],
@@ -383,6 +386,14 @@ class Builder:
                         guard_events=[e for m in mods.values()
                                       for e in m.get("guard_events", [])])
         return fps, computed, stats
+
+
+def mx_dequantize(q: torch.Tensor, scales: torch.Tensor, spec) -> torch.Tensor:
+    import mlx.core as mx
+
+    w = mx.dequantize(mx.array(q.numpy()), mx.array(scales.numpy()), group_size=spec.group_,
+                      bits=spec.bits_, mode=spec.format)
+    return torch.from_numpy(np.array(w.astype(mx.float32)))
 
 
 def disk_full(e: BaseException) -> bool:

@@ -210,11 +210,11 @@ def _plan_tensors(plan: Plan, source: Source) -> None:
             module = aname[: -len(".weight")]
             spec = q.spec_for(module)
             plan.specs[module] = spec
-            if spec.format == "affine" and shape[-1] % spec.group_size:
+            if spec.quantized and shape[-1] % spec.group_:
                 fits = [g for g in (32, 64, 128) if shape[-1] % g == 0]
                 i = _stage_index(plan.recipe, "quantize")
                 raise RecipeError(
-                    f"group_size {spec.group_size} does not divide the row length {shape[-1]} "
+                    f"group_size {spec.group_} does not divide the row length {shape[-1]} "
                     f"of {aname}", where=plan.recipe.line_of("stages", i, "quantize"),
                     fix=f"use group_size {' or '.join(map(str, fits)) or '(none fits)'} for "
                     f"this tensor (a rule matching {re.escape(module)!r})")
@@ -244,7 +244,9 @@ def estimate_sizes(plan: Plan) -> dict[str, int]:
     for name, shape in plan.shapes.items():
         spec = plan.specs.get(name[: -len(".weight")]) if name.endswith(".weight") else None
         n = _numel(shape)
-        if spec is not None and spec.format == "affine":
+        if spec is not None and spec.mx:
+            out += n * spec.bits_ // 8 + n // spec.group_
+        elif spec is not None and spec.format == "affine":
             out += n * spec.bits // 8 + 2 * (n // spec.group_size) * fb
         else:
             out += n * fb

@@ -42,12 +42,12 @@ def describe(plan: Plan) -> str:
             short = sorted({n.removeprefix(pre) for n in names})
             lines.append(f"  {first.name} {stage}: {', '.join(short)}")
     if plan.specs:
-        kinds = Counter((s.format, s.method, s.bits if s.format == "affine" else None,
-                         s.group_size if s.format == "affine" else None)
+        kinds = Counter((s.format, s.method, s.bits_ if s.quantized else None,
+                         s.group_ if s.quantized else None)
                         for s in plan.specs.values())
         lines.append("quantize")
         for (fmt, method, bits, gs), n in sorted(kinds.items(), key=str):
-            what = f"{method} affine {bits}-bit g{gs}" if fmt == "affine" else "kept bf16"
+            what = f"{method} {fmt} {bits}-bit g{gs}" if fmt != "none" else "kept unquantized"
             lines.append(f"  {n:>4} module(s): {what}")
     wp = r.stage("write") or WriteParams()
     lines.append(f"peak memory (estimate)  {_gb(estimate_peak_bytes(plan, wp.shard_bytes))}")

@@ -29,6 +29,38 @@ def _one(w: torch.Tensor, spec: QuantSpec, h: torch.Tensor | None, guard: GuardP
     return res
 
 
+def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
+                ) -> tuple[dict, dict]:
+    """MLX's microscaling formats (mxfp4 / nvfp4 / mxfp8), quantized by MLX itself
+    from the weight in the stored dtype, as `mlx_lm.convert` would."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        from ..errors import BadInput
+
+        raise BadInput(f"format {spec.format} (tensor {name}) is quantized with MLX, "
+                       "which is not installed", fix="pip install mlx (mlx[cpu] on Linux)"
+                       ) from None
+    import hashlib
+
+    import numpy as np
+
+    module = name[: -len(".weight")]
+    src = mx.array(w.detach().to(dtype).float().cpu().numpy()).astype(
+        {torch.bfloat16: mx.bfloat16, torch.float16: mx.float16}.get(dtype, mx.float32))
+    q, scales = mx.quantize(src, group_size=spec.group_, bits=spec.bits_, mode=spec.format)
+    deq = mx.dequantize(q, scales, group_size=spec.group_, bits=spec.bits_, mode=spec.format)
+    deq = deq.astype(src.dtype)
+    raw = bytes(memoryview(deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)))
+    err = float(torch.linalg.norm(torch.from_numpy(np.array(deq.astype(mx.float32))) - w.cpu())
+                / torch.linalg.norm(w.cpu()).clamp_min(1e-30))
+    record = {"method": "rtn", "format": spec.format, "bits": spec.bits_,
+              "group_size": spec.group_, "proxy_rel_error": round(err, 6),
+              "dequant_sha256": hashlib.sha256(raw).hexdigest()}
+    return {name: torch.from_numpy(np.array(q)),
+            f"{module}.scales": torch.from_numpy(np.array(scales))}, record
+
+
 def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
                     dtype: torch.dtype = torch.bfloat16,
                     hessians: list[torch.Tensor | None] | None = None,
@@ -40,6 +72,8 @@ def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
     module = name[: -len(".weight")]
     if spec.format == "none":
         return {name: w.to(dtype)}, {"method": "none", "format": str(dtype)[6:], "bits": 16}
+    if spec.mx:
+        return quantize_mx(name, w, spec, dtype)
     mats = [w] if w.ndim == 2 else list(w.reshape(-1, *w.shape[-2:]))
     hs = hessians or [None] * len(mats)
     results = [_one(m, spec, h, GuardParams() if guard is None else guard, dtype)
