@@ -49,3 +49,13 @@ def test_schema_is_json_schema_of_the_recipe():
     s = json.loads(p.stdout)
     assert s["additionalProperties"] is False and "stages" in s["required"]
     assert "calibration" in s["properties"]
+
+
+def test_recipe_reference_doc_is_generated_and_current():
+    from pathlib import Path
+
+    from tqbuild.recipe import recipe_reference_markdown
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "recipe-reference.md"
+    assert doc.read_text().strip() == recipe_reference_markdown().strip(), \
+        "regenerate: tq-build schema --markdown > docs/recipe-reference.md"

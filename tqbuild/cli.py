@@ -145,13 +145,17 @@ def inspect_cmd(
 
 
 @app.command("schema")
-def schema_cmd() -> None:
-    """Print the recipe's JSON Schema (for editors)."""
+def schema_cmd(
+    markdown: Annotated[bool, typer.Option("--markdown", help="The recipe reference as "
+                                           "Markdown instead.")] = False,
+) -> None:
+    """Print the recipe's JSON Schema (for editors), or its Markdown reference."""
     import json
 
-    from .recipe import recipe_json_schema
+    from .recipe import recipe_json_schema, recipe_reference_markdown
 
-    typer.echo(json.dumps(recipe_json_schema(), indent=2))
+    typer.echo(recipe_reference_markdown() if markdown
+               else json.dumps(recipe_json_schema(), indent=2))
 
 
 kv_app = typer.Typer(help="TurboQuant KV-cache codec.", no_args_is_help=True)

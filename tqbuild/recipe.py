@@ -26,7 +26,7 @@ class Frozen(BaseModel):
 
 
 class SourceSpec(Frozen):
-    path: str | None = None
+    path: str | None = Field(None, description="a Hugging Face model directory or a .gguf file")
     hub: str | None = Field(None, description="'org/name' or 'org/name@revision', read "
                             "from the local Hugging Face cache only")
     package: str | None = Field(None, description="a Python package that ships the weights")
@@ -155,10 +155,12 @@ class CalibSource(Frozen):
 
 class CalibrateParams(Frozen):
     source: CalibSource = CalibSource(self_generated=True)
-    samples: int = Field(128, ge=1, le=1_000_000)
-    seq_len: int = Field(128, ge=8, le=1_000_000)
-    seed: int = Field(0, ge=0)
-    hessians: Literal["original", "propagate"] = "original"
+    samples: int = Field(128, ge=1, le=1_000_000, description="calibration sequences")
+    seq_len: int = Field(128, ge=8, le=1_000_000, description="tokens per sequence")
+    seed: int = Field(0, ge=0, description="window choice (files) / sampling (self_generated)")
+    hessians: Literal["original", "propagate"] = Field(
+        "original", description="original: every layer sees the unquantized model's "
+        "activations; propagate: the quantized layer's output feeds the next")
     batch_size: int = Field(16, ge=1, description="sequences sampled at once (self_generated);"
                             " part of the calibration's identity")
     temperature: float = Field(1.0, gt=0, description="self_generated sampling temperature")
@@ -522,3 +524,41 @@ def recipe_json_schema() -> dict:
             "stages": {"type": "array", "items": {"anyOf": stage_items}, "minItems": 1},
         },
     }
+
+
+def recipe_reference_markdown() -> str:
+    """The recipe reference as Markdown tables, generated from the typed models."""
+    from typing import get_args as _args
+
+    def typ(f) -> str:
+        ann = f.annotation
+        lits = [v for a in ([ann] + list(_args(ann))) if get_origin(a) is Literal
+                for v in _args(a)]
+        if lits:
+            return " \\| ".join(f"`{v}`" for v in lits)
+        text = str(ann).replace("typing.", "").replace("<class '", "").replace("'>", "")
+        return text.replace("tqbuild.recipe.", "").replace(" | ", " \\| ")
+
+    def table(title: str, model: type[BaseModel]) -> list[str]:
+        rows = [f"### {title}", "", "| key | type | default | meaning |", "|---|---|---|---|"]
+        for name, f in model.model_fields.items():
+            default = "required" if f.is_required() else repr(f.default)
+            if isinstance(f.default, BaseModel):
+                default = "(mapping)"
+            rows.append(f"| `{name}` | {typ(f)} | {default} | {f.description or ''} |")
+        return rows + [""]
+
+    out = ["# Recipe reference", "",
+           "Generated from tq-build's typed recipe models (`tq-build schema --markdown`).",
+           "Top level: `name`, `source`, `output`, `workdir`, `calibration`, `stages` (a list "
+           f"of stage names or one-key mappings, in the order {' → '.join(ORDER)}).", ""]
+    out += table("source", SourceSpec)
+    out += table("calibration (stage `calibrate`)", CalibrateParams)
+    out += table("calibration.source", CalibSource)
+    out += table("stage `rotate`", RotateParams)
+    out += table("stage `quantize`", QuantizeParams)
+    out += table("quantize.default / a rule's fields", QuantSpec)
+    out += table("quantize.rules[]", QuantRule)
+    out += table("quantize.guard", GuardParams)
+    out += table("stage `write`", WriteParams)
+    return "\n".join(out)
