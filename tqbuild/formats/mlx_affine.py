@@ -37,6 +37,23 @@ def unpack(words: np.ndarray, bits: int) -> np.ndarray:
     return vals.astype(np.uint32).reshape(*lead, n)
 
 
+def group_params(g: torch.Tensor, bits: int, dtype: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """RTN affine (scale, bias) over the last dim of g, computed in g's dtype and
+    rounded to `dtype`: scale = (max − min)/(2^bits − 1), bias = min."""
+    lo, hi = g.amin(-1), g.amax(-1)
+    return ((hi - lo) / ((1 << bits) - 1)).to(dtype), lo.to(dtype)
+
+
+def quantize_values(w: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor, bits: int
+                    ) -> torch.Tensor:
+    """round((w − bias)/scale) clamped to [0, 2^bits − 1], in w's dtype (the
+    rounded scale/bias upcast to it); a zero scale maps to q = 0 … its clamp."""
+    s, b = scales.to(w.dtype), biases.to(w.dtype)
+    q = torch.round((w - b) / torch.where(s == 0, torch.ones_like(s), s))
+    return q.clamp_(0, (1 << bits) - 1)
+
+
 def quantize_rtn(w: torch.Tensor, bits: int, group_size: int,
                  dtype: torch.dtype = torch.bfloat16):
     """Round-to-nearest affine quantization per group of `group_size` inputs.
@@ -46,12 +63,8 @@ def quantize_rtn(w: torch.Tensor, bits: int, group_size: int,
     """
     *lead, n = w.shape
     g = w.reshape(*lead, n // group_size, group_size).to(torch.float32)
-    lo, hi = g.amin(-1), g.amax(-1)
-    levels = (1 << bits) - 1
-    scales = ((hi - lo) / levels).to(dtype)
-    biases = lo.to(dtype)
-    s, b = scales.float()[..., None], biases.float()[..., None]
-    q = torch.round((g - b) / torch.where(s == 0, torch.ones_like(s), s)).clamp_(0, levels)
+    scales, biases = group_params(g, bits, dtype)
+    q = quantize_values(g, scales[..., None], biases[..., None], bits)
     return q.reshape(*lead, n).to(torch.int32), scales, biases
 
 
@@ -72,6 +85,13 @@ def dequant_hash(w: torch.Tensor) -> str:
 
     raw = w.contiguous().view(torch.int16 if w.element_size() == 2 else torch.int32)
     return hashlib.sha256(raw.numpy().tobytes()).hexdigest()
+
+
+def dequantize_packed(words: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
+                      bits: int, group_size: int) -> torch.Tensor:
+    """A stored affine tensor (packed uint32 words) back to its values, as MLX."""
+    q = torch.from_numpy(unpack(words.numpy(), bits).astype(np.int32))
+    return dequantize(q, scales, biases, group_size)
 
 
 def proxy_error(w: torch.Tensor, wq: torch.Tensor) -> float:

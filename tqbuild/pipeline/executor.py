@@ -151,7 +151,8 @@ class Builder:
                 if spec.method == "gptq" and spec.format == "affine" and unit != "embed":
                     self.hessian_units.add(unit)
         self.r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) if plan.r1_on else None
-        self.src_fp = fingerprint(source.file_hashes())
+        self.source_hashes = source.file_hashes()  # hashed once per build (large files)
+        self.src_fp = fingerprint(self.source_hashes)
         stage_params = {s.name: s.params.model_dump() for s in plan.recipe.stages
                         if s.name in ("untie", "norm_fold", "rotate")}
         self.fold_fp = fingerprint(self.fam.model_type, stage_params, self.write.dtype)
@@ -252,9 +253,9 @@ class Builder:
                 deq[name] = mx_dequantize(t, art[f"{module}.scales"], self.plan.specs[module])
             elif name.endswith(".weight") and f"{module}.scales" in art:
                 spec = self.plan.specs[module]
-                q = torch.from_numpy(mlx_affine.unpack(t.numpy(), spec.bits).astype(np.int32))
-                deq[name] = mlx_affine.dequantize(q, art[f"{module}.scales"],
-                                                  art[f"{module}.biases"], spec.group_size).float()
+                deq[name] = mlx_affine.dequantize_packed(
+                    t, art[f"{module}.scales"], art[f"{module}.biases"], spec.bits,
+                    spec.group_size).float()
             elif not name.endswith((".scales", ".biases")):
                 deq[name] = t.float()
         return to_hf(self.fam, deq)
@@ -489,7 +490,7 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
                     else "self_generated")
             calib = {**c.model_dump(), "source": kind, "source_spec": c.source.model_dump(),
                      "token_sha256": b.token_sha}
-        meta = build_metadata(plan, source_hashes=b.source.file_hashes(), gguf=gguf_info,
+        meta = build_metadata(plan, source_hashes=b.source_hashes, gguf=gguf_info,
                               modules=modules, calibration=calib, guard_events=events)
         write_json(tmp / "optiq_metadata.json", meta)
         for f in tmp.iterdir():

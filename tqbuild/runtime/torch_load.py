@@ -41,10 +41,9 @@ def dequantized_state(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         module = k[: -len(".weight")]
         if k.endswith(".weight") and f"{module}.scales" in raw:
             spec = quant.get(module, quant)
-            q = torch.from_numpy(mlx_affine.unpack(t.numpy(), spec["bits"]).astype("int32"))
-            w = mlx_affine.dequantize(q, raw[f"{module}.scales"], raw[f"{module}.biases"],
-                                      spec["group_size"])
-            out[k] = w
+            out[k] = mlx_affine.dequantize_packed(t, raw[f"{module}.scales"],
+                                                  raw[f"{module}.biases"], spec["bits"],
+                                                  spec["group_size"])
         else:
             out[k] = t
     return cfg, out

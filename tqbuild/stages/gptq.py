@@ -36,20 +36,10 @@ class AffineResult:
     rtn_proxy_loss: float = 0.0
 
 
-def group_params(w: torch.Tensor, bits: int, dtype: torch.dtype
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RTN affine parameters of column block w [rows, g], rounded to `dtype`."""
-    lo, hi = w.amin(-1), w.amax(-1)
-    scales = ((hi - lo) / ((1 << bits) - 1)).to(dtype)
-    return scales, lo.to(dtype)
-
-
 def quantize_column(w: torch.Tensor, s: torch.Tensor, b: torch.Tensor, bits: int
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """(q int, dequantized value in float64 as the runtime computes it)."""
-    sf, bf = s.double(), b.double()
-    q = torch.round((w - bf) / torch.where(sf == 0, torch.ones_like(sf), sf))
-    q = q.clamp_(0, (1 << bits) - 1)
+    q = mlx_affine.quantize_values(w, s, b, bits)
     deq = (q.to(s.dtype) * s + b).double()  # one rounding per op, as mx.dequantize
     return q.to(torch.int32), deq
 
@@ -77,8 +67,8 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
     perm = torch.argsort(torch.diag(H), descending=True, stable=True) if act_order else None
     if act_order:
         for g in range(ngroups):  # static groups on the original contiguous columns
-            scales[:, g], biases[:, g] = group_params(W[:, g * group_size:(g + 1) * group_size],
-                                                      bits, dtype)
+            block = W[:, g * group_size:(g + 1) * group_size]
+            scales[:, g], biases[:, g] = mlx_affine.group_params(block, bits, dtype)
         W, H = W[:, perm], H[perm][:, perm]
     H += damp * torch.mean(torch.diag(H)) * torch.eye(cols, dtype=H.dtype, device=dev)
     L, info = torch.linalg.cholesky_ex(H)
@@ -101,7 +91,7 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
             if not act_order and orig % group_size == 0:
                 # the group's columns as updated so far (in-block part lives in W1)
                 blk = torch.cat([W1[:, i:], W[:, i2:]], 1)[:, :group_size]
-                scales[:, g], biases[:, g] = group_params(blk, bits, dtype)
+                scales[:, g], biases[:, g] = mlx_affine.group_params(blk, bits, dtype)
             qi, deq = quantize_column(W1[:, i], scales[:, g], biases[:, g], bits)
             Q[:, col], qint[:, col] = deq, qi
             err = (W1[:, i] - deq) / U1[i, i]
