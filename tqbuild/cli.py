@@ -158,6 +158,40 @@ def schema_cmd(
                else json.dumps(recipe_json_schema(), indent=2))
 
 
+@app.command("codec-check")
+def codec_check_cmd(
+    L: Annotated[int, typer.Option("--L", help="trellis state bits")] = 12,
+    k: Annotated[int, typer.Option("--k", help="bits per weight")] = 2,
+    code: Annotated[str, typer.Option("--code", help="1mad | 3inst")] = "1mad",
+    T: Annotated[int, typer.Option("--T", help="weights per tail-biting block")] = 256,
+    sequences: Annotated[int, typer.Option("--sequences")] = 4096,
+    device: Annotated[str, typer.Option("--device", help="cpu | cuda[:N]")] = "cpu",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Quantize i.i.d. N(0,1) sequences with the tail-biting trellis; print one JSON line."""
+    import json
+
+    from .errors import BadInput
+    from .kernels.codec_check import codec_check
+    from .kernels.trellis_codes import CODES
+
+    if code not in CODES:
+        raise BadInput(f"unknown code {code!r}", fix=f"use one of {', '.join(CODES)}")
+    if L not in (12, 16) and not 4 <= L <= 20:
+        raise BadInput(f"--L {L} is out of range", fix="use 12 or 16")
+    if not 1 <= k <= L // 2:
+        raise BadInput(f"--k {k} must be in 1..{L // 2} for L = {L}", fix="use k = 1..4")
+    if T * k < L or sequences < 1:
+        raise BadInput(f"T = {T} weights at k = {k} cannot hold an L = {L} bit state "
+                       "(or --sequences < 1)", fix="use T = 256")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BadInput("--device cuda but no CUDA device is visible", fix="use --device cpu")
+    typer.echo(json.dumps(codec_check(L, k, code, T, sequences, device, seed)))
+
+
 kv_app = typer.Typer(help="TurboQuant KV-cache codec.", no_args_is_help=True)
 app.add_typer(kv_app, name="kv")
 

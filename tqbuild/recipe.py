@@ -46,23 +46,72 @@ class RotateParams(Frozen):
         return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
 
 
-Bits = Literal[2, 3, 4, 5, 6, 8]
+Bits = Literal[1, 2, 3, 4, 5, 6, 8]
+AFFINE_BITS = (2, 3, 4, 5, 6, 8)
+TRELLIS_BITS = (1, 2, 3, 4)
 GroupSize = Literal[32, 64, 128]
 
 
-Format = Literal["affine", "none", "mxfp4", "nvfp4", "mxfp8"]
+Format = Literal["affine", "none", "mxfp4", "nvfp4", "mxfp8", "trellis"]
+Method = Literal["rtn", "gptq", "ldlq"]
+
+
+class TrellisParams(Frozen):
+    """QTIP bitshift trellis (DESIGN §5): L-bit state, T-weight tail-biting blocks."""
+
+    L: Literal[12, 16] = 12
+    T: int = Field(256, ge=8, le=4096, description="weights per tail-biting block")
+    code: Literal["1mad", "3inst"] = "1mad"
+    axis: Literal["auto", 0, 1] = Field(
+        "auto", description="coded axis; auto = the rotated one (0 for residual writers "
+        "such as down_proj, 1 otherwise)")
+    interleave: bool = Field(False, description="store block pairs interleaved")
+    ldlq_group: int = Field(128, ge=1, le=65536, description="input columns per LDLQ "
+                            "step when coding along axis 0")
+
+
+class KMap(Frozen):
+    """Per-tensor k allocated to an average-bits budget from a sensitivity table."""
+
+    kmap: str | None = Field(None, description="JSON {tensor: {k: loss}}; relative to "
+                             "the recipe. Without it every tensor gets floor(budget)")
+    budget: float = Field(ge=1, le=4, description="average k over the matched tensors")
+    choices: tuple[int, ...] = (2, 3, 4)
 # MLX's microscaling modes fix their bits and group size
 MX_FORMATS = {"mxfp4": (4, 32), "nvfp4": (4, 16), "mxfp8": (8, 32)}
 
 
 class QuantSpec(Frozen):
-    method: Literal["rtn", "gptq"] = "rtn"
+    method: Method = Field("rtn", description="rtn | gptq (affine) | ldlq (trellis); rtn on "
+                           "a trellis format is the plain Viterbi code")
     format: Format = "affine"
-    bits: Bits = 4
+    bits: Bits | KMap = 4
     group_size: GroupSize = 64
-    damp: float = Field(0.01, gt=0, le=10, description="GPTQ damping, × mean diag(H)")
+    damp: float = Field(0.01, gt=0, le=10, description="GPTQ/LDLQ damping, × mean diag(H)")
     act_order: bool = False
     block_size: int = Field(128, ge=1, le=4096)
+    trellis: TrellisParams = TrellisParams()
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.format == "trellis":
+            if self.method == "gptq":
+                raise ValueError("method gptq is affine; the trellis counterpart is `ldlq`")
+            if isinstance(self.bits, int) and self.bits not in TRELLIS_BITS:
+                raise ValueError(f"trellis bits (k) must be one of {TRELLIS_BITS}, "
+                                 f"got {self.bits}")
+        else:
+            if self.method == "ldlq":
+                raise ValueError("method ldlq needs `format: trellis` (use gptq for affine)")
+            if isinstance(self.bits, KMap):
+                raise ValueError("a {kmap, budget} allocation is for `format: trellis`")
+            if self.format == "affine" and self.bits not in AFFINE_BITS:
+                raise ValueError(f"affine bits must be one of {AFFINE_BITS}, got {self.bits}")
+        return self
+
+    @property
+    def uses_hessian(self) -> bool:
+        return self.method in ("gptq", "ldlq")
 
     @property
     def mx(self) -> bool:
@@ -83,13 +132,14 @@ class QuantSpec(Frozen):
 
 class QuantRule(Frozen):
     match: str
-    method: Literal["rtn", "gptq"] | None = None
+    method: Method | None = None
     format: Format | None = None
-    bits: Bits | None = None
+    bits: Bits | KMap | None = None
     group_size: GroupSize | None = None
     damp: float | None = Field(None, gt=0, le=10)
     act_order: bool | None = None
     block_size: int | None = Field(None, ge=1, le=4096)
+    trellis: TrellisParams | None = None
 
     @field_validator("match")
     @classmethod
@@ -101,17 +151,21 @@ class QuantRule(Frozen):
         return v
 
     def apply(self, base: QuantSpec) -> QuantSpec:
-        upd = {k: v for k, v in self.model_dump().items() if k != "match" and v is not None}
-        return base.model_copy(update=upd)
+        upd = {k: getattr(self, k) for k in type(self).model_fields
+               if k != "match" and getattr(self, k) is not None}
+        return QuantSpec(**{**dict(base), **upd})  # validated as a whole
 
 
 class GuardParams(Frozen):
-    """GPTQ divergence guard (seed W5c): scales above `scale_ratio` × the RTN
-    scale ceiling, or a failed Cholesky, escalate damping ×10 up to `max_damp`,
-    then fall back to RTN."""
+    """GPTQ/LDLQ divergence guard (seed W5c): GPTQ group scales above
+    `scale_ratio` × the RTN scale ceiling (LDLQ: feedback targets above
+    `scale_ratio` × the original peak), or a failed Cholesky, escalate damping
+    ×10 up to `max_damp`, then fall back to RTN (LDLQ: the plain trellis)."""
 
     scale_ratio: float = Field(4.0, gt=1)
     max_damp: float = Field(10.0, gt=0)
+    compare_plain: bool = Field(False, description="also run the plain trellis code and "
+                                "keep it where its Hessian proxy loss is lower than LDLQ's")
 
 
 class QuantizeParams(Frozen):
@@ -119,9 +173,20 @@ class QuantizeParams(Frozen):
     rules: tuple[QuantRule, ...] = ()
     guard: GuardParams = GuardParams()
 
+    @model_validator(mode="after")
+    def _rules_apply(self):
+        for i, rule in enumerate(self.rules):
+            try:
+                rule.apply(self.default)
+            except ValidationError as e:
+                msg = "; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())
+                raise ValueError(f"rule {i} (match {rule.match!r}): {msg}") from None
+        return self
+
     @property
     def needs_hessians(self) -> bool:
-        return self.default.method == "gptq" or any(r.method == "gptq" for r in self.rules)
+        return self.default.uses_hessian or any(r.method in ("gptq", "ldlq")
+                                                for r in self.rules)
 
     def spec_for(self, module: str) -> QuantSpec:
         """First matching rule wins (re.search on the artifact module path)."""

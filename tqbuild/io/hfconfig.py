@@ -65,18 +65,19 @@ def artifact_config(source_config: dict, *, model_type: str | None, untied: bool
 
 
 def quantization_entry(specs: dict, default) -> dict | None:
-    """Global group_size/bits/mode + per-module overrides where a module differs."""
+    """Global group_size/bits/mode + per-module overrides where a module differs.
+    The global entry is an MLX mode (a trellis default would hide the affine
+    modules from mlx-lm); trellis modules are always listed per module."""
+    from ..formats.dequant import module_entry
+
     quantized = {m: s for m, s in specs.items() if s.quantized}
     if not quantized:
         return None
-    base = default if default.quantized else next(iter(quantized.values()))
-
-    def key(s):
-        return {"group_size": s.group_, "bits": s.bits_,
-                "mode": s.format if s.mx else "affine"}
-
-    entry: dict = key(base)
+    plain = [s for s in quantized.values() if s.format != "trellis"]
+    base = default if default.quantized and default.format != "trellis" else (
+        plain[0] if plain else next(iter(quantized.values())))
+    entry: dict = module_entry(base)
     for m, s in sorted(quantized.items()):
-        if key(s) != key(base):
-            entry[m] = key(s)
+        if module_entry(s) != module_entry(base) or s.format == "trellis":
+            entry[m] = module_entry(s)
     return entry

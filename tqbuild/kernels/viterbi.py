@@ -20,7 +20,7 @@ import torch
 from .trellis_codes import code_table
 
 
-def _table(code: str, L: int, device) -> torch.Tensor:
+def code_tensor(code: str, L: int, device) -> torch.Tensor:
     return torch.from_numpy(code_table(code, L).copy()).to(device)
 
 
@@ -94,7 +94,7 @@ def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
     if (T * k) < L:
         raise ValueError(f"a block of T={T} weights at k={k} holds fewer than L={L} bits")
     x = x.float().contiguous()
-    table = _table(code, L, x.device) if table is None else table
+    table = code_tensor(code, L, x.device) if table is None else table
     rolled = torch.roll(x, T // 2, dims=1)
     first = _pass(rolled, table, L, k, None)
     overlap = first[:, T // 2] >> k
@@ -105,7 +105,7 @@ def quantize_blocks(x: torch.Tensor, L: int, k: int, code: str = "1mad",
                     chunk: int | None = None) -> torch.Tensor:
     """Many T-blocks [N, T] in chunks sized for the device -> int64 states [N, T]."""
     N, T = x.shape
-    table = _table(code, L, x.device)
+    table = code_tensor(code, L, x.device)
     if chunk is None:
         chunk = default_chunk(L, k, T, x.device)
     out = torch.empty(N, T, dtype=torch.int64, device=x.device)
@@ -124,4 +124,4 @@ def default_chunk(L: int, k: int, T: int, device) -> int:
 
 
 def reconstruct(states: torch.Tensor, L: int, code: str = "1mad") -> torch.Tensor:
-    return _table(code, L, states.device)[states]
+    return code_tensor(code, L, states.device)[states]

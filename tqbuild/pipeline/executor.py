@@ -148,7 +148,8 @@ class Builder:
             for module, spec in plan.specs.items():
                 unit = self._unit_of_module(module)
                 # embeddings are a lookup, not a product: no Hessian, RTN
-                if spec.method == "gptq" and spec.format == "affine" and unit != "embed":
+                if spec.uses_hessian and spec.format in ("affine", "trellis") \
+                        and unit != "embed":
                     self.hessian_units.add(unit)
         self.r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) if plan.r1_on else None
         self.source_hashes = source.file_hashes()  # hashed once per build (large files)
@@ -243,19 +244,15 @@ class Builder:
         return self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
 
     def _dequantized_hf(self, art: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        from ..formats import mlx_affine
+        from ..formats.dequant import dequantize_module, module_entry
 
         deq = {}
         for name, t in art.items():
             module = name[: -len(".weight")]
-            if name.endswith(".weight") and f"{module}.scales" in art and \
-                    self.plan.specs[module].mx:
-                deq[name] = mx_dequantize(t, art[f"{module}.scales"], self.plan.specs[module])
-            elif name.endswith(".weight") and f"{module}.scales" in art:
-                spec = self.plan.specs[module]
-                deq[name] = mlx_affine.dequantize_packed(
-                    t, art[f"{module}.scales"], art[f"{module}.biases"], spec.bits,
-                    spec.group_size).float()
+            if name.endswith(".weight") and f"{module}.scales" in art:
+                deq[name] = dequantize_module(t, art[f"{module}.scales"],
+                                              art.get(f"{module}.biases"),
+                                              module_entry(self.plan.specs[module]))
             elif not name.endswith((".scales", ".biases")):
                 deq[name] = t.float()
         return to_hf(self.fam, deq)
@@ -387,14 +384,6 @@ class Builder:
                         guard_events=[e for m in mods.values()
                                       for e in m.get("guard_events", [])])
         return fps, computed, stats
-
-
-def mx_dequantize(q: torch.Tensor, scales: torch.Tensor, spec) -> torch.Tensor:
-    import mlx.core as mx
-
-    w = mx.dequantize(mx.array(q.numpy()), mx.array(scales.numpy()), group_size=spec.group_,
-                      bits=spec.bits_, mode=spec.format)
-    return torch.from_numpy(np.array(w.astype(mx.float32)))
 
 
 def disk_full(e: BaseException) -> bool:

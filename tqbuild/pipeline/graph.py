@@ -15,7 +15,7 @@ from ..io.source import Source
 from ..kernels.hadamard import nearest_supported, supported
 from ..models import family_for
 from ..models.base import Family, linears_matching
-from ..recipe import QuantizeParams, QuantSpec, Recipe, RotateParams
+from ..recipe import KMap, QuantizeParams, QuantSpec, Recipe, RotateParams
 from ..stages.untie import is_tied, lm_head_source
 
 
@@ -43,6 +43,7 @@ class Plan:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # artifact tensor shapes
     touched: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # unit -> stage -> names
     dropped: list[str] = field(default_factory=list)
+    allocations: list[dict] = field(default_factory=list)  # trellis k maps chosen
 
     @property
     def stage_names(self) -> list[str]:
@@ -93,6 +94,7 @@ def compile_plan(recipe: Recipe, source: Source) -> Plan:
     _check_stages(plan)
     _make_units(plan, keys)
     _plan_tensors(plan, source)
+    allocate_bits(plan)
     return plan
 
 
@@ -209,6 +211,10 @@ def _plan_tensors(plan: Plan, source: Source) -> None:
                 continue
             module = aname[: -len(".weight")]
             spec = q.spec_for(module)
+            if spec.format == "trellis":
+                spec = _trellis_spec(plan, module, shape, spec)
+                plan.specs[module] = spec
+                continue
             plan.specs[module] = spec
             if spec.quantized and shape[-1] % spec.group_:
                 fits = [g for g in (32, 64, 128) if shape[-1] % g == 0]
@@ -218,6 +224,66 @@ def _plan_tensors(plan: Plan, source: Source) -> None:
                     f"of {aname}", where=plan.recipe.line_of("stages", i, "quantize"),
                     fix=f"use group_size {' or '.join(map(str, fits)) or '(none fits)'} for "
                     f"this tensor (a rule matching {re.escape(module)!r})")
+
+
+def _trellis_spec(plan: Plan, module: str, shape: tuple, spec: QuantSpec) -> QuantSpec:
+    """Resolve axis `auto` to the rotated axis and check the block geometry."""
+    from ..formats.trellis import check_geometry
+
+    tp = spec.trellis
+    axis = tp.axis
+    if axis == "auto":
+        last = module.rsplit(".", 1)[-1]
+        writers = {w.rsplit(".", 1)[-1] for w in plan.family.residual_writers}
+        # a writer's output dim carries R1; o_proj's input also carries R2
+        axis = 0 if plan.r1_on and last in writers and not (
+            plan.r2_on and module.endswith(plan.family.head_consumer)) else 1
+    length = shape[-1] if axis == 1 else shape[-2]
+    ks = spec.bits.choices if isinstance(spec.bits, KMap) else (spec.bits,)
+    where = plan.recipe.line_of("stages", _stage_index(plan.recipe, "quantize"), "quantize")
+    for k in ks:
+        problem = check_geometry(tp.T, k, tp.L, length, f" ({module}, k = {k})")
+        if problem:
+            fits = [t for t in (32, 64, 96, 128, 192, 256, 288, 384, 512, 576)
+                    if length % t == 0 and all((t * kk) % 32 == 0 for kk in ks)]
+            raise RecipeError(problem, where=where,
+                              fix=f"use trellis T in {fits or '(none fits)'} for tensors "
+                              f"matching {re.escape(module)!r}, or another format")
+    if tp.interleave and (length // tp.T) % 2:
+        raise RecipeError(f"interleave needs an even number of blocks per row; {module} has "
+                          f"{length // tp.T}", where=where,
+                          fix="set `interleave: false` or a T giving an even block count")
+    return spec.model_copy(update={"trellis": tp.model_copy(update={"axis": axis})})
+
+
+def allocate_bits(plan: Plan) -> None:
+    """Replace every {kmap, budget} with the k the allocator chose per module."""
+    from pathlib import Path
+
+    from .allocate import allocate, load_table
+
+    pending: dict[KMap, list[str]] = {}
+    for m, s in plan.specs.items():
+        if isinstance(s.bits, KMap):
+            pending.setdefault(s.bits, []).append(m)
+    where = plan.recipe.line_of("stages", _stage_index(plan.recipe, "quantize"), "quantize") \
+        if pending else ""
+    for km, modules in pending.items():
+        table = None
+        if km.kmap:
+            path = Path(km.kmap)
+            if not path.is_absolute():
+                path = Path(plan.recipe.file).parent / path
+            table = load_table(path, where)
+        sizes = {m: _numel(plan.shapes[m + ".weight"]) for m in modules}
+        chosen = allocate(sizes, km.budget, km.choices, table, where)
+        for m, k in chosen.items():
+            plan.specs[m] = plan.specs[m].model_copy(update={"bits": k})
+        total = sum(sizes.values())
+        plan.allocations.append({
+            "budget": km.budget, "kmap": Path(km.kmap).name if km.kmap else None,
+            "average_k": round(sum(sizes[m] * chosen[m] for m in modules) / total, 4),
+            "map": dict(sorted(chosen.items()))})
 
 
 def estimate_peak_bytes(plan: Plan, shard_bytes: int) -> int:
@@ -246,6 +312,8 @@ def estimate_sizes(plan: Plan) -> dict[str, int]:
         n = _numel(shape)
         if spec is not None and spec.mx:
             out += n * spec.bits_ // 8 + n // spec.group_
+        elif spec is not None and spec.format == "trellis":
+            out += n * spec.bits // 8 + 2 * n // shape[-1 if spec.trellis.axis == 1 else -2]
         elif spec is not None and spec.format == "affine":
             out += n * spec.bits // 8 + 2 * (n // spec.group_size) * fb
         else:

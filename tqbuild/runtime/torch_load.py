@@ -1,6 +1,7 @@
-"""Load an artifact (bf16 or MLX affine) into a transformers model, float32.
+"""Load an artifact (bf16, MLX affine / microscaling, trellis) into transformers, f32.
 
-Affine tensors are dequantized exactly as MLX does; the artifact layout is
+Quantized tensors are dequantized exactly as MLX does (trellis: f32 code ×
+f32 scale); the artifact layout is
 mapped back to transformers' (io.layout.to_hf)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..formats import mlx_affine
+from ..formats.dequant import dequantize_module, entry_for
 from ..io.layout import to_hf
 from ..models import family_for
 
@@ -40,10 +41,8 @@ def dequantized_state(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
             continue
         module = k[: -len(".weight")]
         if k.endswith(".weight") and f"{module}.scales" in raw:
-            spec = quant.get(module, quant)
-            out[k] = mlx_affine.dequantize_packed(t, raw[f"{module}.scales"],
-                                                  raw[f"{module}.biases"], spec["bits"],
-                                                  spec["group_size"])
+            out[k] = dequantize_module(t, raw[f"{module}.scales"], raw.get(f"{module}.biases"),
+                                       entry_for(quant, module))
         else:
             out[k] = t
     return cfg, out

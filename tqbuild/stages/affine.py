@@ -74,6 +74,10 @@ def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
         return {name: w.to(dtype)}, {"method": "none", "format": str(dtype)[6:], "bits": 16}
     if spec.mx:
         return quantize_mx(name, w, spec, dtype)
+    if spec.format == "trellis":
+        from .trellis import quantize_trellis_tensor
+
+        return quantize_trellis_tensor(name, w, spec, hessians, guard or GuardParams())
     mats = [w] if w.ndim == 2 else list(w.reshape(-1, *w.shape[-2:]))
     hs = hessians or [None] * len(mats)
     results = [_one(m, spec, h, GuardParams() if guard is None else guard, dtype)

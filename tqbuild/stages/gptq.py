@@ -50,6 +50,19 @@ def proxy_loss(w: torch.Tensor, wq: torch.Tensor, h: torch.Tensor) -> float:
     return float(((d @ h.double()) * d).sum())
 
 
+def inverse_cholesky_upper(H: torch.Tensor, damp: float) -> torch.Tensor | None:
+    """U upper with (H + damp·mean(diag H)·I)⁻¹ = UᵀU; None if not positive definite."""
+    n = H.shape[0]
+    H = H + damp * torch.mean(torch.diag(H)) * torch.eye(n, dtype=H.dtype, device=H.device)
+    L, info = torch.linalg.cholesky_ex(H)
+    if int(info) != 0:
+        return None
+    U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)
+    if int(info) != 0 or not bool(torch.isfinite(U).all()):
+        return None
+    return U
+
+
 def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp: float,
               block_size: int = 128, act_order: bool = False,
               dtype: torch.dtype = torch.bfloat16) -> AffineResult | None:
@@ -70,12 +83,8 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
             block = W[:, g * group_size:(g + 1) * group_size]
             scales[:, g], biases[:, g] = mlx_affine.group_params(block, bits, dtype)
         W, H = W[:, perm], H[perm][:, perm]
-    H += damp * torch.mean(torch.diag(H)) * torch.eye(cols, dtype=H.dtype, device=dev)
-    L, info = torch.linalg.cholesky_ex(H)
-    if int(info) != 0:
-        return None
-    U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)
-    if int(info) != 0 or not bool(torch.isfinite(U).all()):
+    U = inverse_cholesky_upper(H, damp)
+    if U is None:
         return None
     Q = torch.zeros_like(W)
     qint = torch.zeros(rows, cols, dtype=torch.int32, device=dev)
