@@ -399,8 +399,9 @@ def _expected(model: type[BaseModel], loc: tuple) -> str:
 
 
 def apply_override(data: Any, spec: str) -> None:
-    """`a.b.c=VALUE` (VALUE parsed as YAML); a stage is addressed by its name:
-    `stages.rotate.seed=7`."""
+    """`a.b.c=VALUE` (VALUE parsed as YAML); a stage is addressed by its name,
+    other list items by index: `stages.rotate.seed=7`,
+    `stages.quantize.rules.0.bits=4`."""
     where = f"--set {spec}"
     key, eq, raw = spec.partition("=")
     if not eq or not key:
@@ -414,7 +415,12 @@ def apply_override(data: Any, spec: str) -> None:
     parts = key.split(".")
     node = data
     for i, part in enumerate(parts[:-1]):
-        if isinstance(node, list):  # stages: find the stage by name
+        if isinstance(node, list) and part.isdigit():  # a list item by index (rules.1)
+            if int(part) >= len(node):
+                raise RecipeError(f"{'.'.join(parts[:i])} has {len(node)} items, no "
+                                  f"item {part}", where=where, fix="index from 0")
+            node = node[int(part)]
+        elif isinstance(node, list):  # stages: find the stage by name
             hit = None
             for j, item in enumerate(node):
                 name = item if isinstance(item, str) else next(iter(item), None) \

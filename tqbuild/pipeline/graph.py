@@ -231,6 +231,12 @@ def _trellis_spec(plan: Plan, module: str, shape: tuple, spec: QuantSpec) -> Qua
     from ..formats.trellis import check_geometry
 
     tp = spec.trellis
+    where = plan.recipe.line_of("stages", _stage_index(plan.recipe, "quantize"), "quantize")
+    if module.endswith(plan.family.embed):
+        raise RecipeError(f"{module} is an embedding (a lookup, not a product): the trellis "
+                          "codes linear layers", where=where,
+                          fix=f"add a rule `match: {plan.family.embed.rsplit('.', 1)[-1]}` "
+                          "with `format: affine` before the trellis rule")
     axis = tp.axis
     if axis == "auto":
         last = module.rsplit(".", 1)[-1]
@@ -240,7 +246,6 @@ def _trellis_spec(plan: Plan, module: str, shape: tuple, spec: QuantSpec) -> Qua
             plan.r2_on and module.endswith(plan.family.head_consumer)) else 1
     length = shape[-1] if axis == 1 else shape[-2]
     ks = spec.bits.choices if isinstance(spec.bits, KMap) else (spec.bits,)
-    where = plan.recipe.line_of("stages", _stage_index(plan.recipe, "quantize"), "quantize")
     for k in ks:
         problem = check_geometry(tp.T, k, tp.L, length, f" ({module}, k = {k})")
         if problem:

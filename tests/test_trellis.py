@@ -1,0 +1,260 @@
+"""Trellis codes, the tail-biting Viterbi, the packed format and LDLQ, each
+against a slow reference or the goldens."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tqbuild.formats import trellis as fmt
+from tqbuild.formats.dequant import dequantize_module, module_entry
+from tqbuild.kernels.trellis_codes import INST3_RMS, code_table
+from tqbuild.kernels.viterbi import quantize_blocks, reconstruct, viterbi_tailbiting
+from tqbuild.recipe import GuardParams, QuantSpec
+from tqbuild.stages.gptq import proxy_loss
+from tqbuild.stages.trellis import (
+    Geometry,
+    ldlq_core,
+    quantize_trellis_tensor,
+    trellis_guarded,
+    trellis_plain,
+)
+
+GOLDENS = Path(__file__).parents[2] / "shared" / "goldens" / "qtip" / "qtip_state_tables.npz"
+CUDA = torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not GOLDENS.is_file(), reason="goldens not present")
+@pytest.mark.parametrize("L", [12, 16])
+def test_codes_reproduce_every_golden_state(L):
+    z = np.load(GOLDENS)
+    assert np.array_equal(code_table("1mad", L), z[f"1mad_L{L}"])
+    # 3INST: QTIP's raw fp16 sum, divided by its RMS in float64, rounded to f32
+    want = (z[f"3inst_L{L}"].astype(np.float64) / INST3_RMS).astype(np.float32)
+    assert np.array_equal(code_table("3inst", L), want)
+
+
+def test_3inst_is_unit_variance():
+    assert abs(np.sqrt((code_table("3inst", 16).astype(np.float64) ** 2).mean()) - 1) < 1e-6
+
+
+# ---- Viterbi against a literal, slow reference ----------------------------------
+def _ref_pass(x, table, L, k, overlap):
+    """The reference semantics, one state at a time (goldens README)."""
+    S, C, J = 2**L, 2**k, 2 ** (L - k)
+    T = len(x)
+    f32 = np.float32
+    cost = np.array([f32((table[s] - f32(x[0])) ** 2) for s in range(S)], dtype=f32)
+    if overlap is not None:
+        cost[[s for s in range(S) if s >> k != overlap]] = np.inf
+    back = np.zeros((T, S), dtype=np.int64)
+    for t in range(1, T):
+        new = np.empty(S, dtype=f32)
+        for s in range(S):
+            j = s >> k
+            cands = [cost[j + c * J] for c in range(C)]
+            c = int(np.argmin(cands))  # first minimum: smallest c
+            back[t, s] = j + c * J
+            new[s] = f32(cands[c] + f32((table[s] - f32(x[t])) ** 2))
+        cost = new
+    if overlap is not None:
+        cost = cost.copy()
+        cost[[s for s in range(S) if s % J != overlap]] = np.inf
+    s = int(np.argmin(cost))
+    states = [s]
+    for t in range(T - 1, 0, -1):
+        s = int(back[t, s])
+        states.append(s)
+    return np.array(states[::-1])
+
+
+def _ref_tailbiting(x, table, L, k):
+    T = len(x)
+    first = _ref_pass(np.roll(x, T // 2), table, L, k, None)
+    return _ref_pass(x, table, L, k, first[T // 2] >> k)
+
+
+@pytest.mark.parametrize("L,k,T", [(6, 1, 12), (6, 2, 10), (6, 3, 8), (8, 2, 12)])
+def test_viterbi_matches_slow_reference(L, k, T):
+    rng = np.random.default_rng(L * 10 + k)
+    table = rng.standard_normal(2**L).astype(np.float32)
+    table[5] = table[9]  # exact ties must break the same way
+    x = rng.standard_normal((6, T)).astype(np.float32)
+    got = viterbi_tailbiting(torch.from_numpy(x), L, k, table=torch.from_numpy(table))
+    for b in range(6):
+        assert np.array_equal(got[b].numpy(), _ref_tailbiting(x[b], table, L, k)), b
+
+
+def test_constrained_pass_is_optimal_by_brute_force():
+    """Every tail-biting cycle of T·k bits, enumerated: the Viterbi's cost is the
+    minimum over the cycles whose overlap it was pinned to."""
+    L, k, T = 4, 2, 6
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal(2**L).astype(np.float32)
+    x = rng.standard_normal((1, T)).astype(np.float32)
+    states = viterbi_tailbiting(torch.from_numpy(x), L, k, table=torch.from_numpy(table))[0]
+    got = float(((table[states.numpy()] - x[0]) ** 2).sum())
+    overlap = int(states[0]) >> k
+    best = np.inf
+    for syms in itertools.product(range(2**k), repeat=T):
+        st = [sum(syms[(t - i) % T] << (i * k) for i in range(L // k)) for t in range(T)]
+        if st[0] >> k != overlap:
+            continue
+        best = min(best, float(((table[st] - x[0]) ** 2).sum()))
+    assert got == pytest.approx(best, rel=1e-6)
+    # and the cycle closes: every state is the shift of the one before (wrapping)
+    prev = torch.roll(states, 1)
+    assert bool(((((prev << k) & (2**L - 1)) >> k) == (states >> k)).all())
+
+
+@pytest.mark.parametrize("k,want", [(1, 0.2803), (2, 0.0733), (3, 0.0198), (4, 0.0055)])
+def test_mse_near_qtip_table_2(k, want):
+    """A 256-sequence sample (the full 4096-sequence check is `tq-build codec-check`)."""
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(256, 256, generator=g)
+    mse = float((reconstruct(quantize_blocks(x, 12, k), 12) - x).pow(2).mean())
+    assert abs(mse / want - 1) < 0.06, mse
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("L,k", [(12, 3), (16, 2)])
+def test_cuda_viterbi_equals_cpu(L, k):
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(3))
+    cpu = quantize_blocks(x, L, k)
+    gpu = quantize_blocks(x.cuda(), L, k).cpu()
+    assert torch.equal(cpu, gpu)
+
+
+def test_codec_check_cli_json():
+    p = subprocess.run([sys.executable, "-m", "tqbuild", "codec-check", "--L", "12", "--k", "2",
+                        "--code", "3inst", "--sequences", "64"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert {"L", "k", "code", "T", "sequences", "mse", "seconds", "weights_per_s",
+            "device"} <= set(r)
+    assert r["code"] == "3inst" and 0.06 < r["mse"] < 0.09
+    bad = subprocess.run([sys.executable, "-m", "tqbuild", "codec-check", "--k", "0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+# ---- the packed format --------------------------------------------------------------
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("interleave", [False, True])
+def test_decode_of_pack_is_the_viterbi_reconstruction(k, axis, interleave):
+    torch.manual_seed(k * 4 + axis * 2 + interleave)
+    w = torch.randn(64, 128) * 0.02
+    spec = QuantSpec(method="rtn", format="trellis", bits=k,
+                     trellis={"L": 12, "T": 32, "axis": axis, "interleave": interleave})
+    tensors, record = quantize_trellis_tensor("m.weight", w, spec, None, GuardParams())
+    words, scales = tensors["m.weight"], tensors["m.scales"]
+    rows, cols = (64, 128) if axis == 1 else (128, 64)
+    if interleave:
+        assert words.shape == (cols // 64, rows, 2 * 32 * k // 32)
+    else:
+        assert words.shape == (rows, cols * k // 32)
+    assert scales.dtype == torch.float16 and scales.shape == (rows,)
+    deq = dequantize_module(words, scales, None, module_entry(spec))
+    plain = trellis_plain(w, Geometry(L=12, k=k, T=32, code="1mad", axis=axis, group=32))
+    assert torch.equal(deq, plain.recon)  # bit for bit
+    stored = deq.numpy() if axis == 1 else deq.numpy().T
+    assert record["recon_sha256"] == fmt.recon_hash(stored[None])
+
+
+def test_o1_decode_reads_each_state_from_two_words():
+    rng = np.random.default_rng(0)
+    for k, T, L in [(2, 64, 12), (3, 32, 12), (4, 64, 16), (3, 96, 16)]:
+        states = viterbi_tailbiting(torch.from_numpy(rng.standard_normal((5, T)).astype(
+            np.float32)), L, k).numpy()
+        words = fmt.pack(states, k, T)
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little").reshape(5, T * k)
+        for t in (0, 1, T // 2, T - 1):  # literal bit reading, LSB first, wrapping
+            off = (T - 1 - t) * k
+            s = sum(int(bits[0, (off + i) % (T * k)]) << i for i in range(L))
+            assert s == states[0, t]
+        assert np.array_equal(fmt.states_of(words, k, T, L), states)
+
+
+def test_stacked_experts_round_trip():
+    w = torch.randn(3, 32, 64) * 0.1
+    spec = QuantSpec(format="trellis", bits=2, trellis={"T": 64, "axis": 1})
+    tensors, _ = quantize_trellis_tensor("e.weight", w, spec, None, GuardParams())
+    assert tensors["e.weight"].shape == (3, 32, 4) and tensors["e.scales"].shape == (3, 32)
+    deq = dequantize_module(tensors["e.weight"], tensors["e.scales"], None, module_entry(spec))
+    assert deq.shape == w.shape and float((deq - w).pow(2).mean() / w.pow(2).mean()) < 0.1
+
+
+# ---- LDLQ -------------------------------------------------------------------------------
+def _correlated_h(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4 * n, n, generator=g) @ (torch.eye(n) + 0.4 * torch.randn(n, n, generator=g))
+    return (x.T @ x).double()
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_ldlq_beats_plain_on_the_proxy_loss(axis):
+    torch.manual_seed(0)
+    w, h = torch.randn(64, 128), _correlated_h(128)
+    g = Geometry(L=12, k=2, T=32, code="1mad", axis=axis, group=32)
+    plain = proxy_loss(w, trellis_plain(w, g).recon, h)
+    res = trellis_guarded(w, h, g)
+    assert res.method == "ldlq" and res.events == []
+    assert res.proxy_loss < 0.8 * plain
+
+
+def test_ldlq_feedback_with_one_column_groups_is_gptq():
+    """With groups of one column and an elementwise quantizer, the LDLQ update
+    is GPTQ's; checked against a textbook column loop."""
+    import tqbuild.stages.trellis as tr
+
+    torch.manual_seed(1)
+    w, h = torch.randn(8, 16), _correlated_h(16, 1)
+    g = Geometry(L=12, k=2, T=8, code="1mad", axis=0, group=1)
+
+    def rounding(W, cols, scales, geo, table):  # quantize to a 0.25 grid
+        val = torch.round(W[:, cols].float() * 4) / 4
+        return torch.zeros(val.shape[1], val.shape[0], dtype=torch.int64), val
+
+    orig = tr._code_columns
+    tr._code_columns = rounding
+    try:
+        got = ldlq_core(w, h, g, 0.01, 1e9).recon
+    finally:
+        tr._code_columns = orig
+    from tqbuild.stages.gptq import inverse_cholesky_upper
+
+    U = inverse_cholesky_upper(h, 0.01)
+    W = w.double().clone()
+    Q = torch.zeros_like(W)
+    for j in range(16):
+        Q[:, j] = torch.round(W[:, j].float() * 4).double() / 4
+        err = (W[:, j] - Q[:, j]) / U[j, j]
+        W[:, j + 1:] -= err[:, None] * U[j, j + 1:][None, :]
+    assert torch.allclose(got.double(), Q, atol=1e-6)
+
+
+def test_guard_escalates_then_falls_back_to_plain():
+    torch.manual_seed(2)
+    w = torch.randn(16, 64)
+    g = Geometry(L=12, k=2, T=32, code="1mad", axis=1, group=32)
+    indefinite = torch.diag(torch.cat([torch.ones(32), -torch.ones(32) * 1e3])).double()
+    res = trellis_guarded(w, indefinite, g, damp=0.01, max_damp=1.0)
+    kinds = [e["event"] for e in res.events]
+    assert kinds == ["cholesky_failed"] * 3 + ["fallback_plain"] and res.method == "plain"
+
+
+def test_compare_plain_keeps_the_better():
+    torch.manual_seed(3)
+    w, h = torch.randn(16, 64), _correlated_h(64, 3)
+    g = Geometry(L=12, k=2, T=32, code="1mad", axis=1, group=32)
+    res = trellis_guarded(w, h, g, compare_plain=True)
+    assert res.plain_proxy_loss is not None
+    assert res.proxy_loss <= res.plain_proxy_loss
