@@ -95,10 +95,13 @@ def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
         raise ValueError(f"a block of T={T} weights at k={k} holds fewer than L={L} bits")
     x = x.float().contiguous()
     table = code_tensor(code, L, x.device) if table is None else table
-    rolled = torch.roll(x, T // 2, dims=1)
-    first = _pass(rolled, table, L, k, None)
+    from . import viterbi_triton
+
+    one = viterbi_triton.viterbi_pass if viterbi_triton.available(x, L) else _pass
+    rolled = torch.roll(x, T // 2, dims=1).contiguous()
+    first = one(rolled, table, L, k, None)
     overlap = first[:, T // 2] >> k
-    return _pass(x, table, L, k, overlap)
+    return one(x, table, L, k, overlap)
 
 
 def quantize_blocks(x: torch.Tensor, L: int, k: int, code: str = "1mad",
