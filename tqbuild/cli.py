@@ -62,6 +62,11 @@ def build(
         help="CPU threads for torch (default: torch's own choice).")] = None,
     ignore_disk: Annotated[bool, typer.Option(
         "--ignore-disk", help="Start even if the disk looks too small.")] = False,
+    lock: Annotated[Path | None, typer.Option(
+        help="artifacts.lock to update (default: at the repository root of the recipe).")
+    ] = None,
+    no_lock: Annotated[bool, typer.Option("--no-lock", help="Do not read or update "
+                                          "artifacts.lock.")] = False,
 ) -> None:
     """Build the artifact a recipe describes.
 
@@ -79,6 +84,11 @@ def build(
         torch.set_num_threads(max(1, threads))
     r, plan, source, gguf = _prepare(recipe, workdir, set_)
     out = Path(output or r.output)
+    lock_path = None if no_lock else (lock or default_lock_path(recipe))
+    if lock_path is not None and not force and not layers and _up_to_date(lock_path, r.name,
+                                                                           out):
+        typer.echo(f"{r.name}: up to date ({lock_path}); nothing to do (--force rebuilds)")
+        return
     events = None
     if log_json is not None:
         from .pipeline.events import JsonLog
@@ -93,8 +103,34 @@ def build(
         typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "
                    f"resume with: {again}", err=True)
         raise SystemExit(130) from None
+    if lock_path is not None:
+        from .io.hash_cache import HashCache
+        from .pipeline.lock import make_entry, update_lock
+
+        cache = HashCache(lock_path.parent / ".tq-work" / "hash-cache.json")
+        update_lock(lock_path, r.name, make_entry(plan, source, gguf, out, lock_path, cache))
+        cache.save()
     typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s), "
                f"{len(res.computed)}/{len(plan.units)} units computed)")
+
+
+def _up_to_date(lock_path: Path, name: str, out: Path) -> bool:
+    from .io.hash_cache import HashCache
+    from .pipeline.lock import check_entry, read_lock, rel
+
+    entry = read_lock(lock_path)["recipes"].get(name)
+    if entry is None or entry.get("output_dir") != rel(out, lock_path.parent):
+        return False
+    cache = HashCache(lock_path.parent / ".tq-work" / "hash-cache.json")
+    ok = not check_entry(entry, lock_path.parent, cache)
+    cache.save()
+    return ok
+
+
+def default_lock_path(recipe: Path) -> Path:
+    from .pipeline.lock import default_lock_path as find
+
+    return find(recipe)
 
 
 def parse_layers(spec: str) -> set[int]:
@@ -156,6 +192,79 @@ def schema_cmd(
 
     typer.echo(recipe_reference_markdown() if markdown
                else json.dumps(recipe_json_schema(), indent=2))
+
+
+@app.command("status")
+def status_cmd(
+    lock: Annotated[Path, typer.Option(help="The lock file.")] = Path("artifacts.lock"),
+    names: Annotated[list[str] | None, typer.Argument(help="Recipe names (default: all "
+                                                      "in the lock).")] = None,
+) -> None:
+    """Per locked recipe: is its artifact up to date? (recipe hash, then inputs, then
+    outputs; exit 3 if anything is stale)."""
+    from .errors import BadInput, VerificationFailed
+    from .io.hash_cache import HashCache
+    from .pipeline.lock import check_entry, read_lock
+
+    if not lock.is_file():
+        raise BadInput(f"no lock file at {lock}", fix="build a recipe first, or pass --lock")
+    data = read_lock(lock)
+    cache = HashCache(lock.parent / ".tq-work" / "hash-cache.json")
+    stale = []
+    for name in names or sorted(data["recipes"]):
+        entry = data["recipes"].get(name)
+        if entry is None:
+            raise BadInput(f"{name} is not in {lock}", fix="build it, or check the name")
+        found = check_entry(entry, lock.parent, cache)
+        if found:
+            stale.append(name)
+            typer.echo(f"{name}: STALE — {found[0]}"
+                       + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""))
+        else:
+            typer.echo(f"{name}: up to date")
+    cache.save()
+    if stale:
+        raise VerificationFailed(f"{len(stale)} recipe(s) not up to date: {', '.join(stale)}",
+                                 fix="rebuild them: tq-build RECIPE")
+
+
+@app.command("verify")
+def verify_cmd(
+    artifact: Annotated[Path, typer.Argument(help="An artifact directory.")],
+    locked: Annotated[bool, typer.Option("--locked", help="Prove the artifact is byte for "
+                                         "byte the one artifacts.lock names.")] = False,
+    lock: Annotated[Path, typer.Option(help="The lock file.")] = Path("artifacts.lock"),
+) -> None:
+    """Check an artifact: every quantized module decodes to the values its build
+    recorded (bit-exact); with --locked, every file against artifacts.lock."""
+    from .errors import VerificationFailed
+    from .verify import verify_artifact, verify_locked
+
+    problems = verify_artifact(artifact)
+    if locked:
+        problems += verify_locked(artifact, lock)
+    for p in problems:
+        typer.echo(f"FAIL {p}", err=True)
+    if problems:
+        raise VerificationFailed(f"{artifact}: {len(problems)} problem(s); first: "
+                                 f"{problems[0]}", fix="rebuild the artifact")
+    typer.echo(f"{artifact}: OK" + (" (matches artifacts.lock)" if locked else ""))
+
+
+@app.command("upload")
+def upload_cmd(
+    artifact: Annotated[Path, typer.Argument(help="An artifact directory.")],
+    repo_id: Annotated[str, typer.Argument(help="Hub repository, e.g. org/name.")],
+    private: Annotated[bool, typer.Option(help="Create the repository private.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be sent; "
+                                          "send nothing.")] = False,
+    lock: Annotated[Path, typer.Option(help="The lock file.")] = Path("artifacts.lock"),
+) -> None:
+    """Upload an artifact to the Hugging Face Hub after verifying it (and, when the
+    lock names it, that it is the locked build)."""
+    from .upload import upload
+
+    upload(artifact, repo_id, private=private, dry_run=dry_run, lock=lock, echo=typer.echo)
 
 
 @app.command("codec-check")

@@ -47,6 +47,8 @@ def inspect(path: Path) -> dict:
         logical = list(shape)
         if rec.get("format") in ("affine", "mxfp4", "nvfp4", "mxfp8"):  # packed uint32 words
             logical[-1] = shape[-1] * 32 // bits
+        elif rec.get("format") == "trellis":
+            logical = trellis_logical_shape(shape, bits, rec["trellis"])
         weights = 1
         for d in logical:
             weights *= d
@@ -66,6 +68,17 @@ def inspect(path: Path) -> dict:
         "calibration": meta.get("calibration"),
         "guard_events": meta.get("guard_events", []),
     }
+
+
+def trellis_logical_shape(shape: list[int], k: int, t: dict) -> list[int]:
+    """Stored packed words -> the weight's [.., out, in]."""
+    if t["interleave"]:
+        *lead, half, rows, pair = shape
+        rows, cols = rows, half * pair * 32 // k
+    else:
+        *lead, rows, words = shape
+        cols = words * 32 // k
+    return [*lead, rows, cols] if t["axis"] == 1 else [*lead, cols, rows]
 
 
 def render(info: dict) -> str:

@@ -287,11 +287,21 @@ class Stage(Frozen):
     line: int
 
 
+class CardParams(Frozen):
+    """What the artifact's README.md model card says about its origin."""
+
+    base_model: str | None = Field(None, description="Hub id of the source model "
+                                   "(default: the `hub:` source, if any)")
+    license: str | None = None
+    tags: tuple[str, ...] = ()
+
+
 class Recipe(Frozen):
     name: str
     source: SourceSpec
     output: str
     workdir: str = ".tq-work"
+    card: CardParams = CardParams()
     stages: tuple[Stage, ...]
     file: str
     text: str
@@ -316,7 +326,7 @@ class Recipe(Frozen):
         return self.file
 
 
-TOP_KEYS = {"name", "source", "output", "workdir", "stages", "calibration"}
+TOP_KEYS = {"name", "source", "output", "workdir", "stages", "calibration", "card"}
 
 
 def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
@@ -504,9 +514,10 @@ def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recip
                     "give `path: DIR_OR_GGUF`, `hub: org/name@revision` or `package: NAME` "
                     "with `file: GLOB`")
     stages = _parse_stages(data["stages"], where_of, data.get("calibration"))
+    card = _validate(CardParams, data.get("card") or {}, ("card",), where_of)
     return Recipe(name=data["name"], source=source, output=data["output"],
-                  workdir=data.get("workdir", ".tq-work"), stages=stages, file=file, text=text,
-                  lines=lines, overrides=tuple(overrides))
+                  workdir=data.get("workdir", ".tq-work"), card=card, stages=stages, file=file,
+                  text=text, lines=lines, overrides=tuple(overrides))
 
 
 def _parse_stages(raw: Any, where_of, calibration: Any = None) -> tuple[Stage, ...]:
@@ -592,6 +603,7 @@ def recipe_json_schema() -> dict:
             "output": {"type": "string"},
             "workdir": {"type": "string"},
             "calibration": CalibrateParams.model_json_schema(),
+            "card": CardParams.model_json_schema(),
             "stages": {"type": "array", "items": {"anyOf": stage_items}, "minItems": 1},
         },
     }
@@ -631,5 +643,8 @@ def recipe_reference_markdown() -> str:
     out += table("quantize.default / a rule's fields", QuantSpec)
     out += table("quantize.rules[]", QuantRule)
     out += table("quantize.guard", GuardParams)
+    out += table("a trellis spec's `trellis:`", TrellisParams)
+    out += table("`bits: {kmap, budget}` (trellis mixed k)", KMap)
     out += table("stage `write`", WriteParams)
+    out += table("card (the artifact's README.md)", CardParams)
     return "\n".join(out)

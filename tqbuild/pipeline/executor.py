@@ -482,6 +482,12 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
         meta = build_metadata(plan, source_hashes=b.source_hashes, gguf=gguf_info,
                               modules=modules, calibration=calib, guard_events=events)
         write_json(tmp / "optiq_metadata.json", meta)
+        from ..formats.card import render_card
+        from ..inspect_artifact import inspect
+
+        bpw = inspect(tmp)["bits_per_weight"]
+        dev = "cuda" if str(b.device).startswith("cuda") else "cpu"
+        (tmp / "README.md").write_text(render_card(plan, meta, bpw, dev))
         for f in tmp.iterdir():
             f.chmod(0o644)
         replace_dir(tmp, output)

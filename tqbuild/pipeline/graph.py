@@ -44,6 +44,7 @@ class Plan:
     touched: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # unit -> stage -> names
     dropped: list[str] = field(default_factory=list)
     allocations: list[dict] = field(default_factory=list)  # trellis k maps chosen
+    kmap_files: list = field(default_factory=list)  # the sensitivity tables they read
 
     @property
     def stage_names(self) -> list[str]:
@@ -280,6 +281,7 @@ def allocate_bits(plan: Plan) -> None:
             if not path.is_absolute():
                 path = Path(plan.recipe.file).parent / path
             table = load_table(path, where)
+            plan.kmap_files.append(path)
         sizes = {m: _numel(plan.shapes[m + ".weight"]) for m in modules}
         chosen = allocate(sizes, km.budget, km.choices, table, where)
         for m, k in chosen.items():

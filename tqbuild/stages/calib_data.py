@@ -60,9 +60,14 @@ def _windows(texts: list[str], tok, p: CalibrateParams, where: str) -> np.ndarra
     return arr[pick]
 
 
+def calibration_files(pattern: str | tuple[str, ...]) -> list[Path]:
+    pats = [pattern] if isinstance(pattern, str) else list(pattern)
+    return sorted({Path(f) for pat in pats for f in glob.glob(str(Path(pat).expanduser()))})
+
+
 def from_files(pattern: str | tuple[str, ...], tok, p: CalibrateParams, where: str) -> np.ndarray:
     pats = [pattern] if isinstance(pattern, str) else list(pattern)
-    files = sorted({Path(f) for pat in pats for f in glob.glob(str(Path(pat).expanduser()))})
+    files = calibration_files(pattern)
     if not files:
         raise SourceError(f"calibration files {pats} match nothing", where=where,
                           fix="check the glob (relative paths resolve from the current dir)")

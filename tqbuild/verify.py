@@ -1,0 +1,105 @@
+"""`tq-build verify`: an artifact's files against what its build recorded.
+
+Without a lock: every quantized module's tensors are present, and the values
+they decode to hash to the `dequant_sha256` / `recon_sha256` recorded at
+build (bit-exact). With `--locked`: every file's size and sha256 against
+artifacts.lock, and no file the lock does not name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import BadInput
+
+
+def verify_artifact(path: Path) -> list[str]:
+    """Problems found (empty: the artifact decodes to what was built)."""
+    import numpy as np
+
+    from .formats import mlx_affine
+    from .formats import trellis as fmt
+    from .formats.dequant import dequantize_module, entry_for
+    from .runtime.torch_load import read_artifact_tensors
+
+    path = Path(path)
+    for f in ("config.json", "optiq_metadata.json"):
+        if not (path / f).is_file():
+            raise BadInput(f"{path} is not a tq-build artifact ({f} missing)",
+                           fix="pass a directory tq-build wrote")
+    cfg = json.loads((path / "config.json").read_text())
+    meta = json.loads((path / "optiq_metadata.json").read_text())
+    quant = cfg.get("quantization") or {}
+    raw = read_artifact_tensors(path)
+    problems = []
+    for module, rec in sorted(meta.get("modules", {}).items()):
+        fmt_name = rec.get("format")
+        if fmt_name not in ("affine", "trellis", "mxfp4", "nvfp4", "mxfp8"):
+            if f"{module}.weight" not in raw:
+                problems.append(f"{module}.weight: missing")
+            continue
+        need = [f"{module}.weight", f"{module}.scales"] + \
+            ([f"{module}.biases"] if fmt_name == "affine" else [])
+        missing = [n for n in need if n not in raw]
+        if missing:
+            problems.append(f"{', '.join(missing)}: missing")
+            continue
+        entry = entry_for(quant, module)
+        if entry.get("mode", "affine") != (fmt_name if fmt_name != "affine" else "affine") or \
+                entry.get("bits") != rec.get("bits"):
+            problems.append(f"{module}: config.json says {entry.get('mode')} "
+                            f"{entry.get('bits')}-bit, the metadata {fmt_name} {rec.get('bits')}")
+            continue
+        try:
+            if fmt_name == "trellis":
+                w = dequantize_module(raw[f"{module}.weight"], raw[f"{module}.scales"], None,
+                                      entry).numpy()
+                w = w.reshape(-1, *w.shape[-2:])
+                got = fmt.recon_hash(w if rec["trellis"]["axis"] == 1
+                                     else np.ascontiguousarray(w.transpose(0, 2, 1)))
+                want = rec.get("recon_sha256")
+            elif fmt_name == "affine":
+                q = mlx_affine.unpack(raw[f"{module}.weight"].numpy(), rec["bits"])
+                import torch
+
+                wq = mlx_affine.dequantize(torch.from_numpy(q.astype(np.int32)),
+                                           raw[f"{module}.scales"], raw[f"{module}.biases"],
+                                           rec["group_size"])
+                got, want = mlx_affine.dequant_hash(wq), rec.get("dequant_sha256")
+            else:
+                got, want = _mx_hash(raw[f"{module}.weight"], raw[f"{module}.scales"], rec,
+                                     cfg.get("dtype", "bfloat16")), rec.get("dequant_sha256")
+        except (ValueError, RuntimeError) as e:
+            problems.append(f"{module}: does not decode ({e})")
+            continue
+        if want is not None and got != want:
+            problems.append(f"{module}: decoded values differ from the build's record "
+                            f"(sha256 {got[:12]} != {want[:12]})")
+    return problems
+
+
+def _mx_hash(q, scales, rec: dict, dtype: str) -> str:
+    """The bytes `quantize_mx` hashed: mx.dequantize in the artifact dtype."""
+    import hashlib
+
+    import mlx.core as mx
+
+    deq = mx.dequantize(mx.array(q.numpy()), mx.array(scales.numpy()),
+                        group_size=rec["group_size"], bits=rec["bits"], mode=rec["format"])
+    deq = deq.astype({"bfloat16": mx.bfloat16, "float16": mx.float16}.get(dtype, mx.float32))
+    return hashlib.sha256(bytes(memoryview(
+        deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)))).hexdigest()
+
+
+def verify_locked(path: Path, lock_path: Path) -> list[str]:
+    from .io.hash_cache import HashCache
+    from .pipeline.lock import check_outputs, entry_for_artifact, read_lock
+
+    lock = read_lock(lock_path)
+    base = lock_path.parent
+    hit = entry_for_artifact(lock, Path(path), base)
+    if hit is None:
+        return [f"{path}: no recipe in {lock_path} produced this directory"]
+    _, entry = hit
+    cache = HashCache(None)  # a proof re-reads every byte
+    return [str(f) for f in check_outputs(entry, base, cache)]
