@@ -148,3 +148,21 @@ def test_changed_param_or_input_makes_status_stale(built, tmp_path):
     extra.write_text("x")
     p = cli(d, "verify", "out/lk", "--locked")
     assert p.returncode == 3 and "stray.txt" in p.stderr and "not in the lock" in p.stderr
+
+
+def test_ci_example_uses_real_commands():
+    """examples/ci: valid workflow YAML whose tq-build calls are real commands."""
+    import re
+
+    from tqbuild.cli import app
+
+    root = Path(__file__).parents[1]
+    wf = yaml.safe_load((root / "examples" / "ci" / "build-and-publish.yml").read_text())
+    runs = [s.get("run", "") for s in wf["jobs"]["build"]["steps"]]
+    used = set(re.findall(r"tq-build (\w[\w-]*)", "\n".join(runs)))
+    commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    assert {"plan", "verify", "status", "upload", "inspect"} <= used
+    assert used - {"plan", "verify", "status", "upload", "inspect"} <= commands | {"RECIPE"}
+    assert used <= commands
+    assert any("--locked" in r for r in runs) and any("actions/cache" in s.get("uses", "")
+                                                    for s in wf["jobs"]["build"]["steps"])

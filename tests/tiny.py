@@ -75,3 +75,45 @@ def fold_recipe(model_type: str, src: Path, out: Path, seed: int = 42) -> str:
     return (f"name: tiny-{model_type}-fold\nsource: {{path: {src}}}\noutput: {out}\n"
             f"stages:\n  - untie\n  - norm_fold\n  - rotate: {{r1: {r1}, r2: {r2}, seed: {seed}}}\n"
             "  - write\n")
+
+
+def make_qwen3_5_vl_with_mtp(path: Path, seed: int = 0) -> Path:
+    """A tiny Qwen3.5 vision-language checkpoint (`model.language_model.*`,
+    `model.visual.*`) plus a random MTP head (`mtp.*`, as Qwen ships it:
+    fc [H, 2H], two pre-fc norms, one full-attention layer, a final norm)."""
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    text = dict(model_type="qwen3_5_text", hidden_size=HIDDEN, intermediate_size=INTER,
+                num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=KV,
+                head_dim=HEAD_DIM, vocab_size=VOCAB, max_position_embeddings=256,
+                initializer_range=0.1, rms_norm_eps=1e-6, **FAMILIES["qwen3_5_text"])
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4,
+                  temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=HIDDEN,
+                  num_position_embeddings=16)
+    cfg = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True)
+    model = Qwen3_5ForConditionalGeneration(cfg).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith(".weight") and "visual" not in name:
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+    model.to(torch.bfloat16).save_pretrained(path)
+    f = path / "model.safetensors"
+    state = load_file(f)
+    full = next(i for i, t in enumerate(text["layer_types"]) if t == "full_attention")
+    pre = f"model.language_model.layers.{full}."
+    mtp = {"mtp.fc.weight": 0.1 * torch.randn(HIDDEN, 2 * HIDDEN, generator=g),
+           "mtp.pre_fc_norm_embedding.weight": 0.5 * torch.randn(HIDDEN, generator=g),
+           "mtp.pre_fc_norm_hidden.weight": 0.5 * torch.randn(HIDDEN, generator=g),
+           "mtp.norm.weight": 0.5 * torch.randn(HIDDEN, generator=g)}
+    for k, v in state.items():
+        if k.startswith(pre):
+            scale = 0.5 if "norm" in k else 0.1
+            mtp["mtp.layers.0." + k[len(pre):]] = scale * torch.randn(v.shape, generator=g)
+    state.update({k: v.to(torch.bfloat16) for k, v in mtp.items()})
+    save_file(state, str(f), metadata={"format": "pt"})
+    return path

@@ -21,7 +21,7 @@ def weight_transforms(plan) -> list[dict]:
     if not (plan.has("norm_fold") or plan.has("rotate") or plan.has("untie")):
         return []
     rot = plan.rotate
-    return [{
+    out = [{
         "id": f"rotation.{plan.family.model_type}",
         "family": plan.family.model_type,
         "untie": plan.tied and plan.has("untie"),
@@ -32,6 +32,16 @@ def weight_transforms(plan) -> list[dict]:
         if plan.r2_on else None,
         "deviations": list(DEVIATIONS),
     }]
+    if any(u.kind == "mtp" for u in plan.units):
+        from ..stages.mtp import DEVIATION, MTP_R2_LANE_BASE
+
+        out.append({**out[0], "id": f"rotation.{plan.family.model_type}_mtp", "mtp": True,
+                    "path": "mtp/", "untie": False,
+                    "r2": {**out[0]["r2"], "lanes": f"layer j -> {MTP_R2_LANE_BASE} + j"}
+                    if out[0]["r2"] else None,
+                    "deviations": list(DEVIATIONS) + ([DEVIATION] if plan.has("norm_fold")
+                                                      else [])})
+    return out
 
 
 def build_metadata(plan, *, source_hashes: dict, gguf: dict | None, modules: dict,

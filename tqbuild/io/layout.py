@@ -10,6 +10,7 @@ import torch
 
 from ..models.base import Family
 
+VISION = "vision_tower."  # where mlx-vlm keeps the vision tower (mlx-lm drops it)
 _EXPERT = re.compile(r"^(.*\.mlp)\.experts\.(\d+)\.(\w+)\.weight$")
 _SWITCH = re.compile(r"^(.*\.mlp)\.switch_mlp\.(\w+)\.weight$")
 
@@ -23,6 +24,12 @@ def to_artifact(family: Family, tensors: dict[str, torch.Tensor]) -> dict[str, t
     out: dict[str, torch.Tensor] = {}
     experts: dict[tuple[str, str], dict[int, torch.Tensor]] = {}
     for name, t in tensors.items():
+        if family.vision_prefix and name.startswith(family.vision_prefix):
+            out[VISION + name[len(family.vision_prefix):]] = t  # passed through as is
+            continue
+        if family.mtp_prefix and name.startswith(family.mtp_prefix):
+            out[name] = t  # the companion keeps the HF layout
+            continue
         m = _EXPERT.match(name) if family.stack_experts else None
         if m:
             experts.setdefault((m.group(1), m.group(3)), {})[int(m.group(2))] = t
@@ -43,6 +50,12 @@ def to_hf(family: Family, tensors: dict[str, torch.Tensor]) -> dict[str, torch.T
     out: dict[str, torch.Tensor] = {}
     pre = family.artifact_prefix
     for aname, t in tensors.items():
+        if family.vision_prefix and aname.startswith(VISION):
+            out[family.vision_prefix + aname[len(VISION):]] = t
+            continue
+        if family.mtp_prefix and aname.startswith(family.mtp_prefix):
+            out[aname] = t
+            continue
         name = aname[len(pre):] if pre and aname.startswith(pre) else aname
         m = _SWITCH.match(name) if family.stack_experts else None
         if m:

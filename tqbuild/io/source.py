@@ -66,6 +66,22 @@ class Source:
                         where=str(f), fix="use the full-precision checkpoint")
             self._shapes.update({k: tuple(h.get_slice(k).get_shape()) for k in h.keys()})
             del h
+        self._stored = {k: k for k in self._where}
+        self._alias_vlm()
+
+    def _alias_vlm(self) -> None:
+        """A vision-language checkpoint keeps its text trunk under
+        `model.language_model.`; tq-build names it as the text model does
+        (`model.…`), the vision tower stays `model.visual.…`."""
+        pre = "model.language_model."
+        if not any(k.startswith(pre) for k in self._where):
+            return
+        for k in list(self._where):
+            if k.startswith(pre):
+                name = "model." + k[len(pre):]
+                self._where[name] = self._where.pop(k)
+                self._shapes[name] = self._shapes.pop(k)
+                self._stored[name] = self._stored.pop(k)
 
     def _open(self, f: Path):
         """A fresh handle per read: a handle maps its whole file, and the pages a
@@ -86,7 +102,7 @@ class Source:
         if name not in self._where:
             raise SourceError(f"tensor {name} is missing from the source", where=str(self.path),
                               fix="check that the checkpoint is complete")
-        t = self._open(self._where[name]).get_tensor(name).to(torch.float32)
+        t = self._open(self._where[name]).get_tensor(self._stored[name]).to(torch.float32)
         if not torch.isfinite(t).all():
             bad = int((~torch.isfinite(t)).sum())
             raise SourceError(f"tensor {name} holds {bad} NaN/Inf values",

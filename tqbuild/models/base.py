@@ -48,6 +48,12 @@ class Family:
     stack_experts: bool = False
     # conv1d weights whose axis mlx-lm moves: [C, 1, K] -> [C, K, 1]
     conv1d_moveaxis: bool = False
+    # vision tower (HF prefix) kept beside the trunk under `vision_tower.`; its
+    # linears that write the residual stream (output dim folded with R1ᵀ)
+    vision_prefix: str | None = None
+    vision_seams: tuple[str, ...] = ()
+    # multi-token-prediction head shipped as a folded companion in `mtp/`
+    mtp_prefix: str | None = None
     notes: tuple[str, ...] = field(default=())
 
     @property

@@ -115,6 +115,14 @@ def fold_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
             t[key] = rotate.rotate_readers_input(t[key], r1)
         return t
     t = {k: source.get(k) for k in unit.keys}
+    if unit.kind == "mtp":
+        from ..stages.mtp import fold_mtp
+
+        return fold_mtp(t, plan, r1)
+    if unit.kind == "extra" and r1 is not None and fam.vision_seams:
+        from ..stages.mtp import fold_vision_seams
+
+        fold_vision_seams(t, fam, r1)
     if unit.kind == "embed" and r1 is not None:
         t[unit.keys[0]] = rotate.rotate_readers_input(t[unit.keys[0]], r1)
     elif unit.kind == "layer":
@@ -455,6 +463,13 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
         events: list = []
         for unit in plan.units:
             tensors, st = b.wd.load_unit(unit.name, fps[unit.name])
+            if unit.kind == "mtp":  # the companion: its own directory, HF layout
+                (tmp / "mtp").mkdir()
+                companion = ShardWriter(tmp / "mtp", b.write.shard_bytes)
+                for k, v in tensors.items():
+                    companion.add(k, v)
+                companion.finish()
+                continue
             for k, v in tensors.items():
                 writer.add(k, v)
             release_memory()
@@ -488,8 +503,8 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
         bpw = inspect(tmp)["bits_per_weight"]
         dev = "cuda" if str(b.device).startswith("cuda") else "cpu"
         (tmp / "README.md").write_text(render_card(plan, meta, bpw, dev))
-        for f in tmp.iterdir():
-            f.chmod(0o644)
+        for f in tmp.rglob("*"):
+            f.chmod(0o755 if f.is_dir() else 0o644)
         replace_dir(tmp, output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -72,7 +72,10 @@ def text_config(config: dict) -> dict:
 
 
 def quantizable(name: str, shape: tuple[int, ...]) -> bool:
-    return name.endswith(".weight") and len(shape) >= 2 and "conv1d" not in name
+    """Linear weights (2-D, or 3-D stacked experts); never convolutions or the
+    MTP companion (shipped in bf16 beside the trunk)."""
+    return (name.endswith(".weight") and len(shape) in (2, 3) and "conv" not in name
+            and not name.startswith("mtp."))
 
 
 def _stage_index(recipe: Recipe, name: str) -> int:
@@ -148,10 +151,14 @@ def _make_units(plan: Plan, keys: list[str]) -> None:
     claimed.update(head)
     claimed.add(f"{fam.lm_head}.weight")
     extra = [k for k in keys if k not in claimed]
-    plan.dropped = [k for k in extra if k.startswith("mtp.")]
+    mtp = [k for k in extra if k.startswith("mtp.")]
     extra = [k for k in extra if not k.startswith("mtp.")]
     if extra:
         units.append(Unit("extra", "extra", plan.num_layers + 1, extra))
+    if mtp and fam.mtp_prefix:
+        units.append(Unit("mtp", "mtp", plan.num_layers + 2, mtp))
+    else:
+        plan.dropped = mtp
     plan.units = units
 
 
