@@ -43,6 +43,11 @@ def test_set_overrides_a_stage_param_and_is_recorded(setup):
     assert meta["recipe"]["overrides"] == ["stages.rotate.seed=7",
                                            "stages.quantize.default.bits=8"]
     assert meta["modules"]["model.layers.0.mlp.down_proj"]["bits"] == 8
+    lock = json.loads((setup / "artifacts.lock").read_text())["recipes"]["ov"]
+    assert lock["recipe"]["overrides"] == meta["recipe"]["overrides"]  # recorded in the lock
+    assert lock["recipe"]["sha256"] == meta["recipe"]["sha256"]
+    assert lock["stages"]["rotate"]["seed"] == 7 and lock["stages"]["quantize"]["default"][
+        "bits"] == 8
     events = [json.loads(line) for line in (setup / "events.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in events]
     assert kinds[0] == "build_start" and kinds[-1] == "build_end"

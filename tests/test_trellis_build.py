@@ -178,7 +178,7 @@ def test_qwen38_q3_recipe_on_tiny_qwen3_5(tmp_path):
     p = _cli(*args)
     assert p.returncode == 0, p.stderr[-3000:]
     meta = _check_decodes(tmp_path / "out")
-    alloc = meta["trellis_allocation"]
+    alloc = meta["bit_allocation"]
     assert len(alloc) == 1 and alloc[0]["budget"] == 3.0 and alloc[0]["average_k"] <= 3.0
     ks = alloc[0]["map"]
     assert len(ks) == len(names) and set(ks.values()) > {3}  # mixed

@@ -267,6 +267,94 @@ def upload_cmd(
     upload(artifact, repo_id, private=private, dry_run=dry_run, lock=lock, echo=typer.echo)
 
 
+EvalSource = Annotated[Path, typer.Option("--source", help="The source: model dir, .gguf "
+                                          "or the recipe that built the artifact.")]
+
+
+@app.command("eval")
+def eval_cmd(
+    artifact: Annotated[Path, typer.Argument(help="An artifact directory.")],
+    source: EvalSource,
+    text: Annotated[Path | None, typer.Option(help="Held-out text (default: the "
+                                              "repository's python-stdlib docstrings).")] = None,
+    tokens: Annotated[int, typer.Option(help="Tokens of held-out text.")] = 4096,
+    top_k: Annotated[int, typer.Option("--top-k", help="Teacher logits kept per "
+                                       "position in the dump.")] = 1024,
+    device: Annotated[str, typer.Option(help="cpu | cuda[:N]")] = "cpu",
+    workdir: Annotated[Path, typer.Option(help="Where teacher dumps are cached.")] = Path(
+        ".tq-work"),
+    probe: Annotated[bool, typer.Option(help="Run the EOS probe.")] = True,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the result "
+                                                  "here.")] = None,
+) -> None:
+    """Perplexity, mean KL vs a cached teacher dump, top-1 and the EOS probe."""
+    import json
+
+    from .eval.run import evaluate, render
+
+    r = evaluate(artifact, source, text=text, tokens=tokens, top_k=top_k, device=device,
+                 workdir=workdir, probe=probe)
+    if json_out:
+        from .io.atomic import write_json
+
+        write_json(json_out, r)
+    typer.echo(render([r]))
+    typer.echo(json.dumps({k: v for k, v in r.items() if k != "eos_probe"}))
+
+
+@app.command("compare")
+def compare_cmd(
+    artifacts: Annotated[list[Path], typer.Argument(help="Artifact directories.")],
+    source: EvalSource,
+    tokens: Annotated[int, typer.Option(help="Tokens of held-out text.")] = 4096,
+    device: Annotated[str, typer.Option(help="cpu | cuda[:N]")] = "cpu",
+    workdir: Annotated[Path, typer.Option(help="Where teacher dumps are cached.")] = Path(
+        ".tq-work"),
+    out: Annotated[Path, typer.Option(help="Directory for compare.json and "
+                                      "kl_vs_bpw.png.")] = Path("compare"),
+) -> None:
+    """Tabulate bpw, size, perplexity, KL, top-1 and the EOS probe of several
+    artifacts (one teacher dump) and draw KL against bits per weight."""
+    from .eval.compare import compare
+
+    typer.echo(compare(artifacts, source, tokens=tokens, device=device, workdir=workdir,
+                       out=out))
+
+
+@app.command("sensitivity")
+def sensitivity_cmd(
+    recipe: Annotated[Path, typer.Argument(help="A recipe with `bits: {kmap, budget}` rules.")],
+    method: Annotated[str, typer.Option(help="noise | trellis (trellis rules), affine rules "
+                                        "always use RTN")] = "noise",
+    tokens: Annotated[int, typer.Option(help="Tokens of held-out text.")] = 512,
+    out: Annotated[Path | None, typer.Option(help="Table to write (default: the recipe's "
+                                             "kmap path).")] = None,
+    workdir: WorkdirOpt = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Recipe override.")] = None,
+) -> None:
+    """Measure per tensor the KL cost of quantizing only that tensor at each candidate
+    k / bits; write the {tensor: {k: loss}} table the allocators read."""
+    from .errors import BadInput
+    from .eval.sensitivity import METHODS, sensitivity, write_table
+    from .recipe import KMap, load
+
+    if method not in METHODS:
+        raise BadInput(f"unknown method {method!r}", fix=f"use one of {', '.join(METHODS)}")
+    r = load(recipe, set_ or ())
+    if out is None:
+        q = r.stage("quantize")
+        km = next((x.bits for x in (q.default, *q.rules) if isinstance(x.bits, KMap)
+                   and x.bits.kmap), None) if q else None
+        if km is None:
+            raise BadInput("the recipe names no kmap file", fix="pass --out FILE")
+        out = Path(km.kmap) if Path(km.kmap).is_absolute() else Path(r.file).parent / km.kmap
+    table = sensitivity(recipe, method=method, tokens=tokens, overrides=set_ or (),
+                        workdir=Path(workdir or r.workdir), log=_log)
+    write_table(table, out, {"recipe": r.name, "method": method, "tokens": tokens,
+                             "metric": "mean KL(folded reference || one tensor quantized)"})
+    typer.echo(f"wrote {out} ({len(table)} tensors)")
+
+
 @app.command("codec-check")
 def codec_check_cmd(
     L: Annotated[int, typer.Option("--L", help="trellis state bits")] = 12,

@@ -71,11 +71,13 @@ class TrellisParams(Frozen):
 
 
 class KMap(Frozen):
-    """Per-tensor k allocated to an average-bits budget from a sensitivity table."""
+    """Per-tensor k (trellis) or bits (affine) allocated to a budget from a
+    sensitivity table."""
 
     kmap: str | None = Field(None, description="JSON {tensor: {k: loss}}; relative to "
                              "the recipe. Without it every tensor gets floor(budget)")
-    budget: float = Field(ge=1, le=4, description="average k over the matched tensors")
+    budget: float = Field(ge=1, le=9, description="average k over the matched tensors "
+                          "(affine: bits per weight including the group scale and bias)")
     choices: tuple[int, ...] = (2, 3, 4)
 # MLX's microscaling modes fix their bits and group size
 MX_FORMATS = {"mxfp4": (4, 32), "nvfp4": (4, 16), "mxfp8": (8, 32)}
@@ -104,8 +106,11 @@ class QuantSpec(Frozen):
             if self.method == "ldlq":
                 raise ValueError("method ldlq needs `format: trellis` (use gptq for affine)")
             if isinstance(self.bits, KMap):
-                raise ValueError("a {kmap, budget} allocation is for `format: trellis`")
-            if self.format == "affine" and self.bits not in AFFINE_BITS:
+                if self.format != "affine" or not set(self.bits.choices) <= set(AFFINE_BITS):
+                    raise ValueError("a {kmap, budget} allocation needs `format: trellis` "
+                                     f"(k in {TRELLIS_BITS}) or `format: affine` (bits in "
+                                     f"{AFFINE_BITS}; set `choices`)")
+            elif self.format == "affine" and self.bits not in AFFINE_BITS:
                 raise ValueError(f"affine bits must be one of {AFFINE_BITS}, got {self.bits}")
         return self
 

@@ -55,9 +55,11 @@ def render_card(plan, meta: dict, bpw: float | None, device: str) -> str:
     if c:
         lines.append(f"- Calibration: {c['source']}, {c['samples']} × {c['seq_len']} tokens "
                      f"(sha256 `{c['token_sha256'][:16]}`).")
-    for a in meta.get("trellis_allocation") or []:
-        lines.append(f"- Trellis k allocated to an average of {a['budget']} bits "
-                     f"(achieved {a['average_k']}) from the table {a['kmap'] or '(uniform)'}.")
+    for a in meta.get("bit_allocation") or []:
+        what = "trellis k" if a.get("format") == "trellis" else "affine bits"
+        lines.append(f"- Per-tensor {what} allocated to a budget of {a['budget']} "
+                     f"(achieved average {a['average_k']}) from the sensitivity table "
+                     f"{a['kmap'] or '(none: uniform)'}.")
     errs = [rec["proxy_rel_error"] for rec in mods.values() if "proxy_rel_error" in rec]
     lines += ["", "## Measured by the build", "",
               f"Device: {device} ({platform.machine()}); per-module relative weight error "

@@ -59,6 +59,6 @@ def build_metadata(plan, *, source_hashes: dict, gguf: dict | None, modules: dic
         "guard_events": guard_events or [],
         "dropped_tensors": plan.dropped,
         "modules": modules,
-        "trellis_allocation": plan.allocations,
+        "bit_allocation": plan.allocations,
         "quality": {},
     }

@@ -37,6 +37,8 @@ def load_table(path: Path, where: str) -> dict[str, dict[int, float]]:
                           fix="the table is {tensor: {k: loss}}")
     table: dict[str, dict[int, float]] = {}
     for name, row in raw.items():
+        if name.startswith("_"):  # provenance of the measurement
+            continue
         try:
             table[name.removesuffix(".weight")] = {int(k): float(v) for k, v in row.items()}
         except (AttributeError, TypeError, ValueError):

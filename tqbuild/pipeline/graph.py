@@ -82,7 +82,7 @@ def _stage_index(recipe: Recipe, name: str) -> int:
     return next(i for i, s in enumerate(recipe.stages) if s.name == name)
 
 
-def compile_plan(recipe: Recipe, source: Source) -> Plan:
+def compile_plan(recipe: Recipe, source: Source, allocate: bool = True) -> Plan:
     config = source.config
     tc = text_config(config)
     family = family_for(tc.get("model_type", config.get("model_type", "?")),
@@ -98,7 +98,8 @@ def compile_plan(recipe: Recipe, source: Source) -> Plan:
     _check_stages(plan)
     _make_units(plan, keys)
     _plan_tensors(plan, source)
-    allocate_bits(plan)
+    if allocate:
+        allocate_bits(plan)
     return plan
 
 
@@ -275,13 +276,13 @@ def allocate_bits(plan: Plan) -> None:
 
     from .allocate import allocate, load_table
 
-    pending: dict[KMap, list[str]] = {}
+    pending: dict[tuple[KMap, str], list[str]] = {}
     for m, s in plan.specs.items():
         if isinstance(s.bits, KMap):
-            pending.setdefault(s.bits, []).append(m)
+            pending.setdefault((s.bits, s.format), []).append(m)
     where = plan.recipe.line_of("stages", _stage_index(plan.recipe, "quantize"), "quantize") \
         if pending else ""
-    for km, modules in pending.items():
+    for (km, _), modules in pending.items():
         table = None
         if km.kmap:
             path = Path(km.kmap)
@@ -290,11 +291,15 @@ def allocate_bits(plan: Plan) -> None:
             table = load_table(path, where)
             plan.kmap_files.append(path)
         sizes = {m: _numel(plan.shapes[m + ".weight"]) for m in modules}
-        chosen = allocate(sizes, km.budget, km.choices, table, where)
+        spec = plan.specs[modules[0]]
+        # affine: the budget is bits per weight, each group adding a scale and a bias
+        overhead = 32 / spec.group_size if spec.format == "affine" else 0.0
+        chosen = allocate(sizes, km.budget - overhead, km.choices, table, where)
         for m, k in chosen.items():
             plan.specs[m] = plan.specs[m].model_copy(update={"bits": k})
         total = sum(sizes.values())
         plan.allocations.append({
+            "format": spec.format,
             "budget": km.budget, "kmap": Path(km.kmap).name if km.kmap else None,
             "average_k": round(sum(sizes[m] * chosen[m] for m in modules) / total, 4),
             "map": dict(sorted(chosen.items()))})
