@@ -182,3 +182,22 @@ def test_kv_eval_cli_curve_shape(smol, tmp_path):
     assert rows["k8v8"]["mean_kl"] < rows["k8v4"]["mean_kl"] < rows["k8v3"]["mean_kl"]
     assert rows["k8v2"]["mean_kl"] > 3 * rows["k8v3"]["mean_kl"]
     assert rows["k8v3"]["mean_kl"] < rows["mlx-kv4"]["mean_kl"]
+
+
+def test_eval_cli_self_zero_reused_dump_and_probe(smol, tmp_path):
+    def run(art, *extra):
+        out = tmp_path / f"{Path(art).name}.json"
+        p = subprocess.run([sys.executable, "-m", "tqbuild", "eval", str(art), "--source",
+                            str(smol["source"]), "--tokens", "256", "--workdir",
+                            str(tmp_path / "w"), "--json", str(out), *extra],
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(out.read_text())
+
+    own = run(smol["source"])  # the source against its own teacher dump
+    assert own["mean_kl"] == 0.0 and own["top1_agreement"] == 1.0
+    probe = own["eos_probe"]
+    assert probe["prompts"] == 10 and probe["immediate_eos"] == 0 and probe["empty"] == 0
+    q = run(smol["smollm2-rtn4"], "--no-probe")
+    assert 0.05 < q["mean_kl"] <= q["mean_kl_upper"] and q["bits_per_weight"] == 4.5
+    assert len(list((tmp_path / "w" / "cache" / "teacher").iterdir())) == 1  # reused

@@ -111,6 +111,10 @@ def test_tiny_llama_trellis_ldlq_build(llama_src, tmp_path, calib):
     assert mods["model.layers.0.mlp.down_proj"]["trellis"]["axis"] == 0  # rotated output dim
     assert mods["model.layers.0.mlp.gate_proj"]["trellis"]["axis"] == 1
     assert mods["model.layers.1.mlp.up_proj"]["method"] == "ldlq"
+    report = json.loads((tmp_path / "w" / "tr" / "report.json").read_text())
+    assert set(report["per_layer"]) == {"0", "1"} and (tmp_path / "w" / "tr" / "report.png"
+                                                     ).stat().st_size > 1000
+    assert all(0 < v["mean_rel_error"] < 1 for v in report["per_layer"].values())
     # the artifact runs through the torch loader and stays close to its source
     from transformers import AutoModelForCausalLM
 

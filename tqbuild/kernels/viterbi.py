@@ -85,6 +85,22 @@ def _pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,
     return states
 
 
+def _triton_or_torch(x, table, L, k, overlap):
+    """The Triton pass; if it cannot compile or launch here, warn once and use the
+    torch pass from then on (both choose the same states)."""
+    import warnings
+
+    from . import viterbi_triton
+
+    try:
+        return viterbi_triton.viterbi_pass(x, table, L, k, overlap)
+    except Exception as e:  # noqa: BLE001 - any compiler/driver failure
+        warnings.warn(f"Triton Viterbi unavailable ({type(e).__name__}: {e}); using the "
+                      "torch path", stacklevel=2)
+        viterbi_triton.triton = None
+        return _pass(x, table, L, k, overlap)
+
+
 def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
                        table: torch.Tensor | None = None) -> torch.Tensor:
     """Quantize each row of x [B, T] (float32) -> int64 states [B, T]."""
@@ -97,7 +113,7 @@ def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
     table = code_tensor(code, L, x.device) if table is None else table
     from . import viterbi_triton
 
-    one = viterbi_triton.viterbi_pass if viterbi_triton.available(x, L) else _pass
+    one = _triton_or_torch if viterbi_triton.available(x, L) else _pass
     rolled = torch.roll(x, T // 2, dims=1).contiguous()
     first = one(rolled, table, L, k, None)
     overlap = first[:, T // 2] >> k

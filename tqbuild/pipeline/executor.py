@@ -436,10 +436,10 @@ def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
         shards, modules = assemble(builder, fps, output, gguf)
         builder.events("build_end", recipe=recipe.name, computed=len(computed),
                        seconds=round(time.perf_counter() - t0, 3))
-        report = {"recipe": recipe.name, "seconds": round(time.perf_counter() - t0, 2),
-                  "computed_units": computed,
-                  "unit_seconds": {u: s.get("seconds") for u, s in stats.items()}}
-        write_json(wd.path / "report.json", report)
+        from .build_report import write_report
+
+        write_report(wd.path, recipe.name, time.perf_counter() - t0, computed, stats, modules,
+                     "cuda" if str(device).startswith("cuda") else "cpu")
     except Exception as e:
         if disk_full(e):
             raise OutputError(f"the disk filled up while writing ({output} or {wd.path})",
