@@ -42,12 +42,16 @@ def describe(plan: Plan) -> str:
             short = sorted({n.removeprefix(pre) for n in names})
             lines.append(f"  {first.name} {stage}: {', '.join(short)}")
     if plan.specs:
-        kinds = Counter((s.format, s.method, s.bits_ if s.quantized else None,
-                         s.group_ if s.quantized else None)
+        def group(s) -> str:
+            if s.format == "trellis":
+                return f"L{s.trellis.L} T{s.trellis.T} {s.trellis.code} axis {s.trellis.axis}"
+            return f"g{s.group_}" if s.quantized else ""
+
+        kinds = Counter((s.format, s.method, s.bits_ if s.quantized else None, group(s))
                         for s in plan.specs.values())
         lines.append("quantize")
         for (fmt, method, bits, gs), n in sorted(kinds.items(), key=str):
-            what = f"{method} {fmt} {bits}-bit g{gs}" if fmt != "none" else "kept unquantized"
+            what = f"{method} {fmt} {bits}-bit {gs}" if fmt != "none" else "kept unquantized"
             lines.append(f"  {n:>4} module(s): {what}")
     wp = r.stage("write") or WriteParams()
     lines.append(f"peak memory (estimate)  {_gb(estimate_peak_bytes(plan, wp.shard_bytes))}")

@@ -59,7 +59,7 @@ def hf_config(cfg: dict):
     return AutoConfig.for_model(mt, **c)
 
 
-def load_torch(path: Path, dtype=torch.float32):
+def load_torch(path: Path, dtype=torch.float32, *, packed: bool = False, device: str = "cpu"):
     """An artifact as a transformers CausalLM (eval mode, `dtype`).
 
     The artifact is rewritten, values unchanged, to a transformers-layout
@@ -80,4 +80,32 @@ def load_torch(path: Path, dtype=torch.float32):
         save_file(state, f"{tmp}/model.safetensors", metadata={"format": "pt"})
         config.save_pretrained(tmp)
         model = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype)
-    return model.eval()
+    model = model.eval().to(device)
+    if packed:
+        pack_trellis_modules(model, path, cfg, fam, device)
+    return model
+
+
+def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
+    """Swap every trellis module's dense weight for a packed TrellisLinear (decoded
+    by the Triton kernels on CUDA, by torch ops elsewhere)."""
+    from .trellis_torch import TrellisLinear
+
+    quant = cfg.get("quantization") or {}
+    raw = read_artifact_tensors(path)
+    n = 0
+    for module, entry in quant.items():
+        if not (isinstance(entry, dict) and entry.get("mode") == "trellis"):
+            continue
+        hf = next(iter(to_hf(fam, {module + ".weight": torch.empty(0)})))[: -len(".weight")]
+        if ".experts." in hf or raw[module + ".weight"].ndim > (
+                3 if entry["trellis"]["interleave"] else 2):
+            continue  # stacked experts stay dense
+        parent_name, _, leaf = hf.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        old = getattr(parent, leaf)
+        lin = TrellisLinear(raw[module + ".weight"], raw[module + ".scales"], entry,
+                            old.bias.data if getattr(old, "bias", None) is not None else None)
+        setattr(parent, leaf, lin.to(device))
+        n += 1
+    return n

@@ -1,0 +1,91 @@
+"""The PyTorch trellis runtime: torch decode = numpy reference, TrellisLinear on
+CPU, the Triton decode-matvec kernels (in Triton's interpreter where Triton is
+installed, on CUDA where a GPU is) against the reference, and a packed model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from tqbuild.formats import trellis as fmt
+from tqbuild.kernels.trellis_codes import code_table
+from tqbuild.kernels.viterbi import viterbi_tailbiting
+from tqbuild.runtime import trellis_torch as tt
+
+CUDA = torch.cuda.is_available()
+
+
+def packed(k, axis, interleave, rows=16, nb=4, T=64, seed=0):
+    rng = np.random.default_rng(seed + 10 * k + axis)
+    st = viterbi_tailbiting(torch.from_numpy(rng.standard_normal((rows * nb, T)).astype(
+        np.float32)), 12, k).numpy().reshape(rows, nb * T)
+    words = fmt.pack(st, k, T)
+    if interleave:
+        words = fmt.interleave(words, k, T)
+    scales = (rng.random(rows) + 0.5).astype(np.float16)
+    ref = fmt.decode(words, scales, k=k, T=T, L=12, code="1mad", axis=axis,
+                     interleaved=interleave)
+    entry = {"bits": k, "group_size": T, "mode": "trellis",
+             "trellis": {"L": 12, "code": "1mad", "axis": axis, "interleave": interleave,
+                         "version": 1}}
+    return torch.from_numpy(words), torch.from_numpy(scales), ref, entry
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("interleave", [False, True])
+def test_torch_decode_and_cpu_linear(k, axis, interleave):
+    words, scales, ref, entry = packed(k, axis, interleave)
+    lin = tt.TrellisLinear(words, scales, entry)
+    assert np.array_equal(lin.weight_f32().numpy(), ref)
+    for m in (1, 3, 40):
+        x = torch.randn(m, ref.shape[1])
+        assert torch.allclose(lin(x), x @ torch.from_numpy(ref).T, atol=1e-4)
+
+
+def _kernel_cases(device):
+    tab = torch.from_numpy(code_table("1mad", 12).copy()).to(device)
+    for k in (2, 3, 4):
+        for axis in (0, 1):
+            words, scales, ref, _ = packed(k, axis, False, rows=48, nb=8, seed=k)
+            for m in (1, 2, 3, 4):
+                x = torch.randn(m, ref.shape[1], generator=torch.Generator().manual_seed(m))
+                y = tt.matvec_triton(x.to(device), words.view(torch.int32).to(device),
+                                     scales.to(device), tab, k=k, T=64, L=12, axis=axis,
+                                     out_features=ref.shape[0], in_features=ref.shape[1])
+                want = x.double() @ torch.from_numpy(ref).double().T
+                assert torch.allclose(y.cpu().double(), want, rtol=1e-2, atol=2e-2), (k, axis, m)
+
+
+@pytest.mark.skipif(tt.triton is None, reason="Triton is not installed")
+def test_triton_kernels_in_the_interpreter():
+    """Triton's interpreter runs the kernels on CPU tensors (a subprocess: the
+    interpreter is chosen when Triton is imported)."""
+    if CUDA:
+        pytest.skip("the CUDA test covers the kernels")
+    code = ("import sys; sys.path.insert(0, 'tests');"
+            "from test_runtime_torch import _kernel_cases; _kernel_cases('cpu')")
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_triton_kernels_on_cuda():
+    _kernel_cases("cuda")
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("m", [1, 4, 64])
+def test_cuda_linear_every_path_bf16(m):
+    for k, axis in ((2, 1), (3, 0), (4, 1)):
+        words, scales, ref, entry = packed(k, axis, axis == 0, rows=64, nb=8)
+        lin = tt.TrellisLinear(words, scales, entry).cuda()
+        x = torch.randn(m, ref.shape[1], device="cuda", dtype=torch.bfloat16)
+        want = x.float() @ torch.from_numpy(ref).cuda().T
+        assert torch.allclose(lin(x).float(), want, rtol=2e-2, atol=5e-2)
