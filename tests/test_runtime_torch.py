@@ -89,3 +89,30 @@ def test_cuda_linear_every_path_bf16(m):
         x = torch.randn(m, ref.shape[1], device="cuda", dtype=torch.bfloat16)
         want = x.float() @ torch.from_numpy(ref).cuda().T
         assert torch.allclose(lin(x).float(), want, rtol=2e-2, atol=5e-2)
+
+
+def test_verify_runs_both_runtimes_and_reports_speed(tmp_path):
+    import json
+
+    from tiny import make_model, save_bf16
+
+    src = save_bf16(make_model("llama"), tmp_path / "src")
+    (tmp_path / "r.yaml").write_text(f"""name: vr
+source: {{path: {src}}}
+output: {tmp_path / 'out'}
+stages:
+  - untie
+  - norm_fold
+  - rotate
+  - quantize:
+      default: {{bits: 4, group_size: 32}}
+      rules:
+        - {{match: 'mlp\\.(gate|up|down)_proj$', format: trellis, bits: 3, trellis: {{T: 64}}}}
+""")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tqbuild", *map(str, a)],  # noqa: E731
+                                    capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run("r.yaml", "--no-lock").returncode == 0
+    p = run("verify", tmp_path / "out")
+    assert p.returncode == 0, p.stderr[-2000:]
+    info = json.loads(p.stdout.splitlines()[0])
+    assert info["runtimes"] == ["torch", "mlx"] and info["torch_vs_mlx_mean_kl"] < 1e-3

@@ -234,21 +234,59 @@ def verify_cmd(
     locked: Annotated[bool, typer.Option("--locked", help="Prove the artifact is byte for "
                                          "byte the one artifacts.lock names.")] = False,
     lock: Annotated[Path, typer.Option(help="The lock file.")] = Path("artifacts.lock"),
+    source: Annotated[Path | None, typer.Option(help="Also report perplexity, mean KL "
+                                                "and greedy tokens/s against this source "
+                                                "(model dir, .gguf or recipe).")] = None,
+    device: Annotated[str, typer.Option(help="cpu | cuda[:N]")] = "cpu",
+    runtimes: Annotated[bool, typer.Option(help="Compare the torch and MLX runtimes' "
+                                           "logits on a fixed prompt.")] = True,
 ) -> None:
     """Check an artifact: every quantized module decodes to the values its build
-    recorded (bit-exact); with --locked, every file against artifacts.lock."""
+    recorded (bit-exact); the runtimes agree on a fixed prompt; with --locked, every
+    file against artifacts.lock; with --source, quality and speed."""
+    import json
+
     from .errors import VerificationFailed
-    from .verify import verify_artifact, verify_locked
+    from .verify import cross_runtime, verify_artifact, verify_locked
 
     problems = verify_artifact(artifact)
     if locked:
         problems += verify_locked(artifact, lock)
+    if runtimes and not problems:
+        found, info = cross_runtime(artifact, device)
+        problems += found
+        typer.echo(json.dumps(info))
+    if source is not None and not problems:
+        from .eval.run import evaluate
+
+        r = evaluate(artifact, source, device=device, probe=False, tokens=1024,
+                     workdir=Path(".tq-work"))
+        typer.echo(json.dumps({k: r[k] for k in ("perplexity", "mean_kl", "top1_agreement",
+                                                  "bits_per_weight", "device")}))
+        typer.echo(json.dumps(_greedy_speed(artifact, device)))
     for p in problems:
         typer.echo(f"FAIL {p}", err=True)
     if problems:
         raise VerificationFailed(f"{artifact}: {len(problems)} problem(s); first: "
                                  f"{problems[0]}", fix="rebuild the artifact")
     typer.echo(f"{artifact}: OK" + (" (matches artifacts.lock)" if locked else ""))
+
+
+def _greedy_speed(artifact: Path, device: str) -> dict:
+    import time
+
+    import torch
+
+    from .runtime.torch_load import load_torch
+
+    model = load_torch(artifact, packed=True, device=device)
+    ids = torch.arange(3, 19)[None].to(device)
+    model.generate(ids, max_new_tokens=4, do_sample=False)
+    t = time.perf_counter()
+    model.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return {"greedy_tokens_per_s": round(32 / (time.perf_counter() - t), 2), "device": device}
 
 
 @app.command("upload")

@@ -103,3 +103,38 @@ def verify_locked(path: Path, lock_path: Path) -> list[str]:
     _, entry = hit
     cache = HashCache(None)  # a proof re-reads every byte
     return [str(f) for f in check_outputs(entry, base, cache)]
+
+
+def cross_runtime(path: Path, device: str = "cpu", tolerance: float = 1e-3) -> tuple[list, dict]:
+    """Forward a fixed prompt through the torch runtime (packed trellis modules)
+    and, where MLX is installed, the MLX runtime; compare their logits."""
+    import numpy as np
+    import torch
+
+    from .runtime.torch_load import load_torch
+
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    vocab = int(cfg.get("vocab_size") or cfg["text_config"]["vocab_size"])
+    ids = (torch.arange(3, 35) * 7919) % vocab
+    model = load_torch(path, packed=True, device=device)
+    with torch.no_grad():
+        ref = model(ids[None].to(device)).logits[0].float().cpu()
+    info: dict = {"prompt_tokens": int(ids.numel()), "runtimes": ["torch"]}
+    problems = [] if torch.isfinite(ref).all() else ["torch runtime: non-finite logits"]
+    try:
+        import mlx.core as mx
+
+        from .runtime.mlx import load as mlx_load
+    except ImportError:
+        info["mlx"] = "not installed"
+        return problems, info
+    m, _ = mlx_load(path, dtype=mx.float32)
+    got = torch.from_numpy(np.array(m(mx.array(ids.numpy())[None])[0].astype(mx.float32)))
+    lp = torch.log_softmax(ref.double(), -1)
+    lq = torch.log_softmax(got.double(), -1)
+    kl = float((lp.exp() * (lp - lq)).sum(-1).mean())
+    info["runtimes"].append("mlx")
+    info["torch_vs_mlx_mean_kl"] = kl
+    if not kl < tolerance:
+        problems.append(f"the torch and MLX runtimes disagree (mean KL {kl:.2e} > {tolerance})")
+    return problems, info
