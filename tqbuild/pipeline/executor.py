@@ -126,15 +126,8 @@ def fold_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
     if unit.kind == "embed" and r1 is not None:
         t[unit.keys[0]] = rotate.rotate_readers_input(t[unit.keys[0]], r1)
     elif unit.kind == "layer":
-        pre = f"{fam.layer_prefix}{unit.index}."
-        if plan.has("norm_fold"):
-            norm_fold.fold_layer(t, fam, pre)
-        if r1 is not None:
-            rotate.r1_layer(t, fam, pre, r1)
-        if plan.r2_on:
-            r2 = rotate.rotation(plan.rotate.seed, plan.head_dim,
-                                 rotate.R2_LANE_BASE + unit.index)
-            rotate.r2_layer(t, fam, pre, r2)
+        rotate.fold_decoder_layer(t, plan, f"{fam.layer_prefix}{unit.index}.", r1,
+                                  rotate.R2_LANE_BASE + unit.index)
     return t
 
 

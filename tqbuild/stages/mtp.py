@@ -44,14 +44,7 @@ def fold_mtp(t: dict[str, torch.Tensor], plan, r1: torch.Tensor | None) -> dict:
     layers = sorted({int(k[len(pre) + 7:].split(".")[0]) for k in t
                      if k.startswith(f"{pre}layers.")})
     for j in layers:
-        lp = f"{pre}layers.{j}."
-        if plan.has("norm_fold"):
-            norm_fold.fold_layer(t, fam, lp)
-        if r1 is not None:
-            rotate.r1_layer(t, fam, lp, r1)
-        if plan.r2_on:
-            r2 = rotate.rotation(plan.rotate.seed, plan.head_dim, MTP_R2_LANE_BASE + j)
-            rotate.r2_layer(t, fam, lp, r2)
+        rotate.fold_decoder_layer(t, plan, f"{pre}layers.{j}.", r1, MTP_R2_LANE_BASE + j)
     return t
 
 

@@ -66,3 +66,17 @@ def r2_layer(tensors: dict[str, torch.Tensor], family: Family, prefix: str,
         tensors[key] = (blocks @ r2).reshape(w.shape)
         touched.append(key)
     return touched
+
+
+def fold_decoder_layer(t: dict[str, torch.Tensor], plan, prefix: str, r1: torch.Tensor | None,
+                       r2_lane: int) -> None:
+    """A decoder layer's folds in order: γ into its readers, R1, then R2 (lane
+    `r2_lane`) — trunk layers and the MTP companion's layers alike."""
+    from .norm_fold import fold_layer
+
+    if plan.has("norm_fold"):
+        fold_layer(t, plan.family, prefix)
+    if r1 is not None:
+        r1_layer(t, plan.family, prefix, r1)
+    if plan.r2_on:
+        r2_layer(t, plan.family, prefix, rotation(plan.rotate.seed, plan.head_dim, r2_lane))
