@@ -37,17 +37,7 @@ def _pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,
     C, J = 2**k, 2 ** (L - k)
     dev = x.device
     code_t = table.view(J, C).t().contiguous().view(1, C, J)  # [b, j] -> code(j·C + b)
-    rows = torch.arange(B, device=dev)
-    inf = float("inf")
-
-    def masked_start(d0: torch.Tensor) -> torch.Tensor:  # natural order [B, S]
-        if overlap is None:
-            return d0
-        keep = torch.full((B, J, C), inf, device=dev)
-        keep[rows, overlap] = d0.view(B, J, C)[rows, overlap]
-        return keep.view(B, -1)
-
-    cost0 = masked_start((table.view(1, -1) - x[:, :1]).square())
+    cost0 = start_cost(x, table, L, k, overlap)
     cost = cost0.view(B, J, C).transpose(1, 2).contiguous()  # [B, C(b), J(j)]
     best = torch.empty(T, B, J, device=dev)  # best[t, :, j]: min over predecessors
     lo = torch.empty(B, C, J // C, device=dev)
@@ -61,9 +51,22 @@ def _pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,
         nxt.square_()
         nxt.add_(best[t].view(B, 1, J))
         cost = nxt
-    final = cost.transpose(1, 2).reshape(B, C, J)  # natural order, viewed [c, low bits]
+    final = cost.transpose(1, 2).reshape(B, -1)  # natural order
+    return backtrack(best, final, cost0, x, table, L, k, overlap)
+
+
+def backtrack(best: torch.Tensor, final: torch.Tensor, cost0: torch.Tensor, x: torch.Tensor,
+              table: torch.Tensor, L: int, k: int, overlap: torch.Tensor | None
+              ) -> torch.Tensor:
+    """States from the forward pass: best [T, B, J] (best predecessor cost per step
+    and group j), final [B, 2^L] and cost0 [B, 2^L] (natural order)."""
+    B, T = x.shape
+    C, J = 2**k, 2 ** (L - k)
+    dev = x.device
+    rows = torch.arange(B, device=dev)
+    final = final.reshape(B, C, J)  # [c, low bits]
     if overlap is not None:  # s_{T−1}'s low L−k bits == overlap
-        end = torch.full((B, C, J), inf, device=dev)
+        end = torch.full((B, C, J), float("inf"), device=dev)
         end[rows, :, overlap] = final[rows, :, overlap]
         final = end
     states = torch.empty(B, T, dtype=torch.int64, device=dev)
@@ -75,7 +78,7 @@ def _pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,
         p = j.view(B, 1) + cands  # [B, C] candidate predecessors, c ascending
         if t > 1:
             prev = best[t - 1].gather(1, p >> k)
-            val = prev + (table[p] - x[:, t - 1:t]).square()
+            val = (table[p] - x[:, t - 1:t]).square() + prev
         else:
             val = cost0.gather(1, p)
         hit = val == best[t, rows, j].view(B, 1)
@@ -83,6 +86,21 @@ def _pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,
         s = p[rows, c]
         states[:, t - 1] = s
     return states
+
+
+def start_cost(x: torch.Tensor, table: torch.Tensor, L: int, k: int,
+               overlap: torch.Tensor | None) -> torch.Tensor:
+    """Path costs at t = 0, natural order [B, 2^L]; s_0's top L−k bits pinned to the
+    overlap when given."""
+    B = x.shape[0]
+    C, J = 2**k, 2 ** (L - k)
+    d0 = (table.view(1, -1) - x[:, :1]).square()
+    if overlap is None:
+        return d0
+    rows = torch.arange(B, device=x.device)
+    keep = torch.full((B, J, C), float("inf"), device=x.device)
+    keep[rows, overlap] = d0.view(B, J, C)[rows, overlap]
+    return keep.view(B, -1)
 
 
 def _triton_or_torch(x, table, L, k, overlap):

@@ -1,13 +1,12 @@
 """The tail-biting Viterbi pass as one Triton program per T-block (CUDA).
 
-Same semantics and the same float32 operations as kernels/viterbi.py, so the
-chosen states are bit-identical to the torch path on CPU: every add and
-multiply is rounded on its own (launched with `enable_fp_fusion=False`, no
-FMA contraction), ties go to the smallest predecessor index c and the
-smallest final state. The 2^L path costs live in registers, laid out [c, j]
-so the best predecessor of group j is a min over axis 0; the best cost per
-(step, j) goes to global memory for the backtrack, which re-derives each
-step's choice in the same program.
+The forward pass (the hot loop) runs here with the same float32 operations as
+kernels/viterbi.py — every add and multiply rounded on its own (launched with
+`enable_fp_fusion=False`, no FMA contraction) — so its per-step best costs
+and final costs are bit-identical to the torch path's; the final argmin and
+the backtrack (T small steps) are the torch path's own code, so the chosen
+states are too. The 2^L path costs live in registers, laid out [c, j] so the
+best predecessor of group j is a min over axis 0.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ MAX_L = 12  # register budget of one program
 if triton is not None:
 
     @triton.jit
-    def _viterbi_pass(x_ptr, code_ptr, best_ptr, states_ptr, overlap_ptr, T: tl.constexpr,
+    def _viterbi_pass(x_ptr, code_ptr, best_ptr, final_ptr, overlap_ptr, T: tl.constexpr,
                       HAS_OVERLAP: tl.constexpr, L: tl.constexpr, K: tl.constexpr):
         pid = tl.program_id(0).to(tl.int64)
         C: tl.constexpr = 1 << K
@@ -51,29 +50,7 @@ if triton is not None:
             # new state s = j·C + b takes best[j]: broadcast over b in natural order
             spread = tl.reshape(tl.broadcast_to(best[:, None], (J, C)), (C, J))
             cost = d * d + spread
-        if HAS_OVERLAP:  # s_{T−1}'s low L−k bits are the overlap
-            cost = tl.where((s_nat & (J - 1)) == ov, cost, float("inf"))
-        s = tl.argmin(tl.reshape(cost, (S,)), axis=0, tie_break_left=True).to(tl.int64)
-        tl.debug_barrier()  # the best costs written above are read back below
-        srow = states_ptr + pid * T
-        tl.store(srow + T - 1, s)
-        cr = tl.arange(0, C).to(tl.int64)
-        for i in range(0, T - 1):
-            t = T - 1 - i
-            j = s >> K
-            p = j + cr * J  # candidate predecessors, c ascending
-            target = tl.load(brow + t * J + j)
-            dp = tl.load(code_ptr + p) - tl.load(xrow + t - 1)
-            prev = tl.load(brow + (t - 1) * J + (p >> K), mask=t > 1, other=0.0)
-            val = dp * dp + prev
-            if HAS_OVERLAP:
-                first = tl.where((p >> K) == ov, dp * dp, float("inf"))
-            else:
-                first = dp * dp
-            val = tl.where(t > 1, val, first)
-            c = tl.argmax((val == target).to(tl.int32), axis=0, tie_break_left=True)
-            s = j + c.to(tl.int64) * J
-            tl.store(srow + t - 1, s)
+        tl.store(final_ptr + pid * S + s_nat, cost)  # natural order
 
 
 def available(x: torch.Tensor, L: int) -> bool:
@@ -83,13 +60,17 @@ def available(x: torch.Tensor, L: int) -> bool:
 def viterbi_pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,
                  overlap: torch.Tensor | None) -> torch.Tensor:
     """x [B, T] float32 (CUDA) -> int64 states [B, T]."""
+    from .viterbi import backtrack, start_cost
+
     B, T = x.shape
     J = 2 ** (L - k)
     best = torch.empty(B, T, J, device=x.device)
-    states = torch.empty(B, T, dtype=torch.int64, device=x.device)
-    ov = overlap if overlap is not None else states  # unused when HAS_OVERLAP is off
+    final = torch.empty(B, 2**L, device=x.device)
+    ov = overlap if overlap is not None else torch.zeros(B, dtype=torch.int64,
+                                                          device=x.device)
     warps = max(1, min(8, 2**L // 512))
-    _viterbi_pass[(B,)](x, table, best, states, ov.contiguous(), T,
+    _viterbi_pass[(B,)](x, table, best, final, ov.contiguous(), T,
                         HAS_OVERLAP=overlap is not None, L=L, K=k, num_warps=warps,
                         enable_fp_fusion=False)
-    return states
+    return backtrack(best.transpose(0, 1), final, start_cost(x, table, L, k, overlap), x,
+                     table, L, k, overlap)
