@@ -1,5 +1,5 @@
-"""The CUDA path of a GPTQ build (Hessians, GPTQ and the layer runner on the
-GPU); skipped without one."""
+"""The CUDA path of a GPTQ + trellis/LDLQ build (Hessians, GPTQ, LDLQ with the
+Triton Viterbi and the layer runner on the GPU); skipped without one."""
 
 from __future__ import annotations
 
@@ -29,7 +29,11 @@ stages:
   - norm_fold
   - rotate
   - calibrate
-  - quantize: {{default: {{method: gptq, bits: 4, group_size: 32}}}}
+  - quantize:
+      default: {{method: gptq, bits: 4, group_size: 32}}
+      rules:
+        - {{match: 'mlp\\.(gate|up|down)_proj$', format: trellis, method: ldlq, bits: 3,
+           trellis: {{T: {32 if model_type == "qwen3_moe" else 64}}}}}
 """)
     source = Source(src)
     plan = compile_plan(load(tmp_path / "r.yaml"), source)
