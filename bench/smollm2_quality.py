@@ -42,7 +42,7 @@ def main() -> None:
         art = ROOT / "out" / name
         if art.is_dir():
             r = evaluate(art, src, workdir=work)
-            r["recipe"] = r["recipe"] or name
+            r["recipe"] = name  # the artifact's name (variants share a recipe)
             rows.append(r)
             print(render([r]).splitlines()[1], flush=True)
     table = render(rows)

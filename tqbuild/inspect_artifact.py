@@ -19,6 +19,8 @@ def inspect(path: Path) -> dict:
         raise BadInput(f"{path} is not an artifact (config.json missing)",
                        fix="pass a directory tq-build wrote")
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    cfg = json.loads((path / "config.json").read_text())
+    quant = cfg.get("quantization") or {}
     tensors: dict[str, tuple[list[int], str]] = {}
     for f in sorted(path.glob("*.safetensors")):
         with safe_open(str(f), "pt") as h:
@@ -39,7 +41,7 @@ def inspect(path: Path) -> dict:
         if not name.endswith(".weight") or len(shape) < 2:
             continue
         module = name[: -len(".weight")]
-        rec = meta.get("modules", {}).get(module, {})
+        rec = meta.get("modules", {}).get(module) or _from_config(module, quant, tensors)
         parts = [name] + [f"{module}.{s}" for s in ("scales", "biases")
                           if f"{module}.{s}" in tensors]
         stored = sum(nbytes(p) for p in parts)
@@ -68,6 +70,18 @@ def inspect(path: Path) -> dict:
         "calibration": meta.get("calibration"),
         "guard_events": meta.get("guard_events", []),
     }
+
+
+def _from_config(module: str, quant: dict, tensors: dict) -> dict:
+    """A module record from config.json alone (artifacts other tools wrote)."""
+    if f"{module}.scales" not in tensors or not quant:
+        return {}
+    e = quant.get(module) if isinstance(quant.get(module), dict) else quant
+    mode = e.get("mode", "affine")
+    rec = {"format": mode, "bits": e["bits"], "group_size": e["group_size"]}
+    if mode == "trellis":
+        rec["trellis"] = e["trellis"]
+    return rec
 
 
 def trellis_logical_shape(shape: list[int], k: int, t: dict) -> list[int]:
