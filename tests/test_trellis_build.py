@@ -176,7 +176,8 @@ def test_qwen38_q3_recipe_on_tiny_qwen3_5(tmp_path):
             f"stages.quantize.rules.2.bits.kmap={tmp_path / 'kmap.json'}",
             "stages.quantize.rules.1.trellis.T=32", "stages.quantize.rules.2.trellis.T=64",
             "stages.quantize.default.group_size=32"]
-    args = [ROOT / "recipes" / "qwen38-q3.yaml", "--workdir", tmp_path / "w"]
+    args = [ROOT / "recipes" / "qwen38-q3.yaml", "--workdir", tmp_path / "w",
+            "--lock", tmp_path / "artifacts.lock"]  # not the repository's lock
     for s in sets:
         args += ["--set", s]
     p = _cli(*args)
