@@ -80,15 +80,13 @@ def verify_artifact(path: Path) -> list[str]:
 
 def _mx_hash(q, scales, rec: dict, dtype: str) -> str:
     """The bytes `quantize_mx` hashed: mx.dequantize in the artifact dtype."""
-    import hashlib
-
     import mlx.core as mx
 
-    deq = mx.dequantize(mx.array(q.numpy()), mx.array(scales.numpy()),
-                        group_size=rec["group_size"], bits=rec["bits"], mode=rec["format"])
-    deq = deq.astype({"bfloat16": mx.bfloat16, "float16": mx.float16}.get(dtype, mx.float32))
-    return hashlib.sha256(bytes(memoryview(
-        deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)))).hexdigest()
+    from .stages.affine import mx_dequant
+
+    dt = {"bfloat16": mx.bfloat16, "float16": mx.float16}.get(dtype, mx.float32)
+    return mx_dequant(mx.array(q.numpy()), mx.array(scales.numpy()), rec["group_size"],
+                      rec["bits"], rec["format"], dt)[1]
 
 
 def verify_locked(path: Path, lock_path: Path) -> list[str]:

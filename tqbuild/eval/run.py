@@ -60,10 +60,8 @@ def teacher_dump(source_dir: Path, ids: torch.Tensor, k: int, window: int, cache
 def eos_probe(model, tok, device: str = "cpu", new_tokens: int = 24) -> dict:
     """Greedy answers to the fixed prompts: how many are empty or stop at once."""
     prompts = json.loads(PROBES.read_text())
-    eos = {tok.eos_token_id} | set(getattr(model.generation_config, "eos_token_id", None)
-                                   if isinstance(getattr(model.generation_config,
-                                                         "eos_token_id", None), list)
-                                   else [model.generation_config.eos_token_id])
+    configured = model.generation_config.eos_token_id
+    eos = {tok.eos_token_id, *(configured if isinstance(configured, list) else [configured])}
     eos.discard(None)
     answers, immediate, empty = [], 0, 0
     for p in prompts:

@@ -29,6 +29,18 @@ def _one(w: torch.Tensor, spec: QuantSpec, h: torch.Tensor | None, guard: GuardP
     return res
 
 
+def mx_dequant(q, scales, group_size: int, bits: int, mode: str, dtype):
+    """MLX's dequantized values in the artifact dtype, and the sha256 of their raw
+    bytes (recorded at build, checked by `tq-build verify`)."""
+    import hashlib
+
+    import mlx.core as mx
+
+    deq = mx.dequantize(q, scales, group_size=group_size, bits=bits, mode=mode).astype(dtype)
+    raw = bytes(memoryview(deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)))
+    return deq, hashlib.sha256(raw).hexdigest()
+
+
 def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
                 ) -> tuple[dict, dict]:
     """MLX's microscaling formats (mxfp4 / nvfp4 / mxfp8), quantized by MLX itself
@@ -41,22 +53,18 @@ def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
         raise BadInput(f"format {spec.format} (tensor {name}) is quantized with MLX, "
                        "which is not installed", fix="pip install mlx (mlx[cpu] on Linux)"
                        ) from None
-    import hashlib
-
     import numpy as np
 
     module = name[: -len(".weight")]
     src = mx.array(w.detach().to(dtype).float().cpu().numpy()).astype(
         {torch.bfloat16: mx.bfloat16, torch.float16: mx.float16}.get(dtype, mx.float32))
     q, scales = mx.quantize(src, group_size=spec.group_, bits=spec.bits_, mode=spec.format)
-    deq = mx.dequantize(q, scales, group_size=spec.group_, bits=spec.bits_, mode=spec.format)
-    deq = deq.astype(src.dtype)
-    raw = bytes(memoryview(deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)))
+    deq, digest = mx_dequant(q, scales, spec.group_, spec.bits_, spec.format, src.dtype)
     err = float(torch.linalg.norm(torch.from_numpy(np.array(deq.astype(mx.float32))) - w.cpu())
                 / torch.linalg.norm(w.cpu()).clamp_min(1e-30))
     record = {"method": "rtn", "format": spec.format, "bits": spec.bits_,
               "group_size": spec.group_, "proxy_rel_error": round(err, 6),
-              "dequant_sha256": hashlib.sha256(raw).hexdigest()}
+              "dequant_sha256": digest}
     return {name: torch.from_numpy(np.array(q)),
             f"{module}.scales": torch.from_numpy(np.array(scales))}, record
 
