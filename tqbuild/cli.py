@@ -67,13 +67,20 @@ def build(
     ] = None,
     no_lock: Annotated[bool, typer.Option("--no-lock", help="Do not read or update "
                                           "artifacts.lock.")] = False,
+    nproc: Annotated[int, typer.Option(
+        "--nproc", min=1, help="Spread the build over N processes launched with torchrun "
+        "(one GPU each with --device cuda, gloo CPU processes otherwise); the artifact "
+        "is byte-identical to a one-process build. Several hosts: run "
+        "`torchrun --nnodes ... -m tqbuild RECIPE` on each.")] = 1,
 ) -> None:
     """Build the artifact a recipe describes.
 
     Example: tq-build recipes/smollm2-rot-rtn4.yaml --output out/smol
     """
+    import os
     import signal
 
+    from .pipeline.distributed import Dist
     from .pipeline.executor import build as run_build
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
@@ -82,27 +89,50 @@ def build(
         import torch
 
         torch.set_num_threads(max(1, threads))
-    r, plan, source, gguf = _prepare(recipe, workdir, set_)
+    launcher = nproc > 1 and "WORLD_SIZE" not in os.environ
+    dist = Dist() if launcher else Dist.from_env(device)
+    if not dist.lead:  # rank 0 resolves first (a GGUF source is imported once)
+        dist.share(None)
+    r, plan, source, gguf = _prepare(recipe, workdir, set_)  # bad input stops here, exit 2
+    if dist.lead:
+        dist.share(None)
     out = Path(output or r.output)
     lock_path = None if no_lock else (lock or default_lock_path(recipe))
-    if lock_path is not None and not force and not layers and _up_to_date(lock_path, r.name,
-                                                                           out):
-        typer.echo(f"{r.name}: up to date ({lock_path}); nothing to do (--force rebuilds)")
+    fresh = dist.lead and lock_path is not None and not force and not layers and \
+        _up_to_date(lock_path, r.name, out)
+    if dist.share(fresh):
+        if dist.lead:
+            typer.echo(f"{r.name}: up to date ({lock_path}); nothing to do (--force rebuilds)")
         return
+    again = " ".join(["tq-build", *sys.argv[2 if sys.argv[1:2] == ["build"] else 1:]])
+    if launcher:
+        from .pipeline.launch import torchrun
+
+        try:
+            code = torchrun(nproc, sys.argv[1:])
+        except KeyboardInterrupt:
+            code = 130
+        if code == 130:
+            typer.echo(f"interrupted: resume with: {again}", err=True)
+        raise SystemExit(code)
     events = None
-    if log_json is not None:
+    if log_json is not None and dist.lead:
         from .pipeline.events import JsonLog
 
         events = JsonLog(log_json)
     try:
         res = run_build(plan, source, out, force=force, gguf=gguf, log=_log,
                         workdir=Path(workdir or r.workdir), rerun_layers=layers,
-                        device=device, events=events, ignore_disk=ignore_disk)
+                        device=device, events=events, ignore_disk=ignore_disk, dist=dist)
     except KeyboardInterrupt:
-        again = " ".join(["tq-build", *sys.argv[2 if sys.argv[1:2] == ["build"] else 1:]])
-        typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "
-                   f"resume with: {again}", err=True)
+        if dist.lead:
+            typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "
+                       f"resume with: {again}", err=True)
         raise SystemExit(130) from None
+    if not dist.lead:
+        dist.close()
+        return
+    dist.close()
     if lock_path is not None:
         from .io.hash_cache import HashCache
         from .pipeline.lock import make_entry, update_lock
@@ -110,8 +140,9 @@ def build(
         cache = HashCache(lock_path.parent / ".tq-work" / "hash-cache.json")
         update_lock(lock_path, r.name, make_entry(plan, source, gguf, out, lock_path, cache))
         cache.save()
+    ranks = f", {dist.world} ranks" if dist.world > 1 else ""
     typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s), "
-               f"{len(res.computed)}/{len(plan.units)} units computed)")
+               f"{len(res.computed)}/{len(plan.units)} units computed{ranks})")
 
 
 def _up_to_date(lock_path: Path, name: str, out: Path) -> bool:

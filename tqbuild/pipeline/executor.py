@@ -5,7 +5,10 @@ fingerprint covers everything it depends on): read the unit's source tensors,
 fold, capture Hessians by running the layer on the calibration activations,
 quantize, checkpoint. Phase 2 streams the checkpoints into shards in a temp
 output dir and renames it into place. A killed build resumes at phase 1 and,
-since phase 2 reads only checkpoints, writes a byte-identical artifact."""
+since phase 2 reads only checkpoints, writes a byte-identical artifact.
+Under torchrun the same code runs on every rank (pipeline/distributed.py):
+samples and tensors are spread over the ranks; rank 0 owns the work dir and
+writes the artifact."""
 
 from __future__ import annotations
 
@@ -32,8 +35,9 @@ from ..recipe import WriteParams
 from ..stages import norm_fold, rotate
 from ..stages.affine import DTYPES, quantize_tensor
 from ..stages.untie import untie
+from .distributed import Dist
 from .graph import Plan, Unit
-from .workdir import WorkDir, fingerprint
+from .workdir import RankWorkDir, WorkDir, fingerprint
 
 
 @dataclass
@@ -135,10 +139,14 @@ class Builder:
     """One build: fingerprints, calibration state, unit computation, assembly."""
 
     def __init__(self, plan: Plan, source: Source, wd: WorkDir, *, device: str = "cpu",
-                 log=print, progress: bool = True, events=None):
-        self.plan, self.source, self.wd = plan, source, wd
-        self.device, self.log, self.progress = device, log, progress
-        self.events = events or (lambda event, **fields: None)
+                 log=print, progress: bool = True, events=None, dist: Dist | None = None):
+        self.dist = dist or Dist(device=device)
+        lead = self.dist.lead
+        self.plan, self.source = plan, source
+        self.own_wd = wd  # rank 0's own view, for assembling the artifact
+        self.wd = wd if self.dist.world == 1 else RankWorkDir(wd, self.dist)
+        self.device, self.log, self.progress = device, log, progress and lead
+        self.events = (events if lead else None) or (lambda event, **fields: None)
         self.fam = plan.family
         self.write = plan.recipe.stage("write") or WriteParams()
         self.dtype = DTYPES[self.write.dtype]
@@ -191,13 +199,16 @@ class Builder:
 
         p = self.calib
         cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude={"keep", "hessians"}))
-        f = self.wd.calib_file(cfp)
-        if f.is_file():
-            self.ids = np.load(f)
-        else:
-            where = self.plan.recipe.line_of("stages")
-            self.ids = calibration_ids(p, self.source.path, where, log=self.log)
-            self.wd.save_calib(cfp, self.ids)
+        ids = None
+        if self.dist.lead:  # the other ranks take rank 0's tokens
+            f = self.wd.calib_file(cfp)
+            if f.is_file():
+                ids = np.load(f)
+            else:
+                where = self.plan.recipe.line_of("stages")
+                ids = calibration_ids(p, self.source.path, where, log=self.log)
+                self.wd.save_calib(cfp, ids)
+        self.ids = self.dist.share(ids)
         self.token_sha = token_hash(self.ids)
         self.runner = LayerRunner(self.plan.config, self.fam, self.device)
         self.act_fp[-1] = fingerprint("acts-v1", self.src_fp, self.fold_fp, self.token_sha)
@@ -212,7 +223,8 @@ class Builder:
         return self.runner.embed(w[f"{self.fam.embed}.weight"], torch.from_numpy(self.ids))
 
     def acts_before(self, i: int) -> torch.Tensor:
-        """Activations entering layer i, from memory, the work dir, or recomputed."""
+        """This rank's activations entering layer i, from memory, the work dir, or
+        recomputed."""
         if self.x is not None and self.x_layer == i - 1:
             return self.x
         j = i - 1
@@ -224,12 +236,16 @@ class Builder:
             j -= 1
         if x is None:
             x = self.embeddings()
+        x = self.dist.mine(x)
         for k in range(j + 1, i):  # replay forward-only through layers without saved acts
             layer = self._layer_for_forward(k)
             x = self.runner.run(k, layer, x)
-            self.wd.save_acts(k, self.act_fp[k], x)
+            self._save_acts(k, x)
         self.x, self.x_layer = x, i - 1
         return x
+
+    def _save_acts(self, i: int, x: torch.Tensor) -> None:
+        self.wd.save_acts(i, self.act_fp[i], self.dist.gather_samples(x, len(self.ids)))
 
     def _layer_for_forward(self, i: int):
         unit = self.plan.units[i + 1]
@@ -269,24 +285,47 @@ class Builder:
             hessians = self._head_hessian(hf)
         bar.set_postfix_str(f"{unit.name}: quantize")
         art = to_artifact(self.fam, hf)
+        done = self._quantize_all(art, hessians)
         out: dict[str, torch.Tensor] = {}
         modules: dict[str, dict] = {}
         for name, t in art.items():
             module = name[: -len(".weight")]
-            spec = self.plan.specs.get(module) if name.endswith(".weight") else None
-            if spec is None:
+            if module not in done or not name.endswith(".weight"):
                 out[name] = t.to(self.dtype)
                 continue
-            hs = self._hessians_for(module, t, hessians)
-            tensors, record = quantize_tensor(name, t.to(self.device), spec, self.dtype, hs,
-                                              self.plan.quantize.guard)
+            tensors, record = done[module]
             if record.get("guard_events"):
-                self._dump_failing(module, hs, record["guard_events"])
+                self._dump_failing(module, self._hessians_for(module, t, hessians),
+                                   record["guard_events"])
             modules[module] = record
             out.update(tensors)
         if unit.kind == "layer" and self.runner is not None:
             self._advance(unit, hf, out)
         return out, {"modules": modules, "seconds": round(time.perf_counter() - t0, 3)}
+
+    def _quantize_all(self, art: dict[str, torch.Tensor], hessians: dict) -> dict:
+        """module -> (tensors, record) for every quantized tensor of a unit; with
+        several ranks each quantizes its share (by estimated cost) and all get all."""
+        jobs = {}
+        for name, t in art.items():
+            module = name[: -len(".weight")]
+            spec = self.plan.specs.get(module) if name.endswith(".weight") else None
+            if spec is not None:
+                jobs[module] = (name, t, spec)
+        owner = self.dist.assign([(m, quant_cost(t, spec)) for m, (_, t, spec) in jobs.items()])
+        done = {}
+        for module, (name, t, spec) in jobs.items():
+            if owner[module] != self.dist.rank:
+                continue
+            hs = self._hessians_for(module, t, hessians)
+            done[module] = quantize_tensor(name, t.to(self.device), spec, self.dtype, hs,
+                                           self.plan.quantize.guard)
+        if self.dist.world > 1:
+            mine = {m: ({k: v.cpu() for k, v in ts.items()}, rec) for m, (ts, rec) in done.items()}
+            done = {}
+            for part in self.dist.all_objects(mine):
+                done.update(part)
+        return done
 
     def _layer_hessians(self, unit: Unit, hf: dict, bar) -> dict[str, torch.Tensor]:
         from ..stages.hessian import HessianCapture
@@ -296,9 +335,14 @@ class Builder:
         pre = f"{self.fam.layer_prefix}{i}."
         layer = self._materialise(i, hf)
         bar.set_postfix_str(f"{unit.name}: hessians")
-        cap = HessianCapture(layer, self.calib.seq_len)
-        y = self.runner.run(i, layer, x, on_sample=cap.start_batch)
+        cap = HessianCapture(layer, self.calib.seq_len, reducer=self.dist)
+        ys = []
+        for j in range(self.dist.rounds(len(self.ids))):  # one sample per rank per round
+            if j < x.shape[0]:
+                ys.append(self.runner.run(i, layer, x[j:j + 1], on_sample=cap.start_batch))
+            cap.end_sample()
         cap.close()
+        y = torch.cat(ys) if ys else x[:0]
         self._pending_y = y  # original-mode output, reused by _advance
         return {f"{pre}{name}": cap.for_module(name) for name in cap.alias}
 
@@ -307,11 +351,15 @@ class Builder:
         norm_w = hf[f"{self.fam.final_norm}.weight"].to(x.device)
         eps = float(self.plan.config.get("rms_norm_eps", 1e-6))
         gain = 1.0 + norm_w if self.fam.zero_centred_norms else norm_w
-        h = torch.zeros(x.shape[-1], x.shape[-1], dtype=torch.float64, device=x.device)
-        for xs in x:  # per sample, in order
-            xn = (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * gain).double()
-            h += xn.T @ xn
-        return {f"{self.fam.lm_head}.weight": h}
+        acc: dict[str, torch.Tensor] = {}
+        for j in range(self.dist.rounds(len(self.ids))):  # per sample, in sample order
+            parts = {}
+            if j < x.shape[0]:
+                xs = x[j]
+                xn = (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * gain).double()
+                parts["h"] = [xn.T @ xn]
+            self.dist.ordered_add(acc, {}, parts, {})
+        return {f"{self.fam.lm_head}.weight": acc["h"]}
 
     def _hessians_for(self, module: str, t: torch.Tensor, hessians: dict
                       ) -> list[torch.Tensor | None] | None:
@@ -340,7 +388,7 @@ class Builder:
             if self.calib.hessians == "propagate":
                 state.update(self._dequantized_hf(quantized))
             y = self.runner.run(i, self._materialise(i, state), x)
-        self.wd.save_acts(i, self.act_fp[i], y)
+        self._save_acts(i, y)
         if self.calib.keep == "last":
             self.wd.prune_acts(before=i)
         self.x, self.x_layer = y, i
@@ -387,6 +435,15 @@ class Builder:
         return fps, computed, stats
 
 
+def quant_cost(t: torch.Tensor, spec) -> float:
+    """Relative work of quantizing one tensor, to spread a layer over ranks:
+    Viterbi ∝ weights × 2^L states, GPTQ/LDLQ ∝ weights × columns, RTN ∝ weights."""
+    n = float(t.numel())
+    if spec.format == "trellis":
+        return n * 2.0 ** spec.trellis.L
+    return n * t.shape[-1] if spec.uses_hessian else n
+
+
 def disk_full(e: BaseException) -> bool:
     """ENOSPC/EDQUOT, also when a writer (safetensors' Rust one) wraps it."""
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -412,20 +469,28 @@ def release_memory() -> None:
 def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
           gguf: Path | None = None, log=print, progress: bool = True,
           workdir: Path | None = None, rerun_layers: set[int] | None = None,
-          device: str = "cpu", events=None, ignore_disk: bool = False) -> BuildResult:
+          device: str = "cpu", events=None, ignore_disk: bool = False,
+          dist: Dist | None = None) -> BuildResult:
     t0 = time.perf_counter()
     recipe = plan.recipe
     output = Path(output)
-    check_output(output, recipe.name, force)
-    if not ignore_disk:
-        check_disk(plan, output, Path(workdir or recipe.workdir))
+    dist = dist or Dist(device=device)
+    if dist.lead:
+        check_output(output, recipe.name, force)
+        if not ignore_disk:
+            check_disk(plan, output, Path(workdir or recipe.workdir))
     wd = WorkDir(Path(workdir or recipe.workdir), recipe.name)
-    wd.lock()
+    if dist.lead:
+        wd.lock()
     try:
-        builder = Builder(plan, source, wd, device=device, log=log, progress=progress,
-                          events=events)
-        builder.events("build_start", recipe=recipe.name, units=len(plan.units))
+        builder = Builder(plan, source, wd, device=dist.device, log=log, progress=progress,
+                          events=events, dist=dist)
+        builder.events("build_start", recipe=recipe.name, units=len(plan.units),
+                       ranks=dist.world)
         fps, computed, stats = builder.run(set(rerun_layers or ()))
+        if not dist.lead:  # rank 0 assembles the artifact from its checkpoints
+            return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=[],
+                               modules={}, computed=computed)
         shards, modules = assemble(builder, fps, output, gguf)
         builder.events("build_end", recipe=recipe.name, computed=len(computed),
                        seconds=round(time.perf_counter() - t0, 3))
@@ -455,7 +520,7 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
         modules: dict = {}
         events: list = []
         for unit in plan.units:
-            tensors, st = b.wd.load_unit(unit.name, fps[unit.name])
+            tensors, st = b.own_wd.load_unit(unit.name, fps[unit.name])
             if unit.kind == "mtp":  # the companion: its own directory, HF layout
                 (tmp / "mtp").mkdir()
                 companion = ShardWriter(tmp / "mtp", b.write.shard_bytes)

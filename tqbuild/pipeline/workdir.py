@@ -162,3 +162,23 @@ class WorkDir:
                   metadata={k: json.dumps(v) for k, v in meta.items()})
         os.replace(tmp, f)
         return f
+
+
+class RankWorkDir:
+    """The work dir as one rank of a distributed build sees it: rank 0 reads and
+    writes it; every other rank receives rank 0's reads (each load is a collective
+    all ranks make in the same order) and writes nothing. So only rank 0's host
+    needs the work dir, and a resume may use another rank count."""
+
+    def __init__(self, wd: WorkDir, dist):
+        self._wd, self._dist = wd, dist
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._wd, name)
+        if name.startswith("load_"):
+            def shared(*args, **kw):
+                return self._dist.share(attr(*args, **kw) if self._dist.lead else None)
+            return shared
+        if name.startswith(("save_", "prune_")) or name in ("lock", "unlock"):
+            return attr if self._dist.lead else (lambda *args, **kw: None)
+        return attr

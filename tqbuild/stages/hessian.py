@@ -2,7 +2,10 @@
 
 Each calibration sample contributes a float64 partial xₛᵀxₛ, and partials are
 summed in sample order, so neither batch size nor device count changes a bit
-(DESIGN §8). Linears that read the same tensor (q/k/v, gate/up) share one H.
+(DESIGN §8): the partials of one sample are collected, then `end_sample` hands
+them to the reducer, which adds them (in a distributed build, every rank's,
+rank by rank: pipeline/distributed.py). Linears that read the same tensor
+(q/k/v, gate/up) share one H.
 Fused MoE experts get one H per expert from the tokens routed to it (the
 down-projection's from the expert's own intermediate activations); routers
 (a bare 2-D weight read by `F.linear`) get theirs from their input.
@@ -17,11 +20,16 @@ from torch import nn
 
 
 class HessianCapture:
-    def __init__(self, layer: nn.Module, seq_len: int):
+    def __init__(self, layer: nn.Module, seq_len: int, reducer=None):
+        from ..pipeline.distributed import Dist
+
         self.seq_len = seq_len
+        self.reducer = reducer or Dist()
         self.h: dict[str, torch.Tensor] = {}  # key -> H (float64)
         self.alias: dict[str, str] = {}  # module name -> key of its H
         self.count: dict[str, int] = {}
+        self._parts: dict[str, list[torch.Tensor]] = {}  # this sample's partials
+        self._ntok: dict[str, int] = {}
         self._handles = []
         # inputs seen in this batch, held so their memory cannot be reused and
         # mistaken for another input at the same address
@@ -36,10 +44,25 @@ class HessianCapture:
                 self._handles.append(mod.register_forward_pre_hook(self._linear_hook(name)))
 
     def start_batch(self, first_sample: int, n: int) -> None:
+        self._flush()
         self.sample0 = first_sample
         self._seen.clear()
 
+    def _flush(self) -> None:
+        """One process: a new sample (or close) adds the last one's partials. In a
+        distributed build the executor calls end_sample once per round itself."""
+        if self._parts and self.reducer.world == 1:
+            self.end_sample()
+        assert not self._parts, "distributed capture: end_sample was not called"
+
+    def end_sample(self) -> None:
+        """Add this sample's partials (collective in a distributed build: every
+        rank calls it once per round, with or without a sample)."""
+        self.reducer.ordered_add(self.h, self.count, self._parts, self._ntok)
+        self._parts, self._ntok = {}, {}
+
     def close(self) -> None:
+        self._flush()
         for h in self._handles:
             h.remove()
 
@@ -47,19 +70,17 @@ class HessianCapture:
         """x [N, d] rows of consecutive samples; `samples` gives each row's sample id."""
         x = x.detach().to(torch.float64)
         d = x.shape[-1]
-        if key not in self.h:
-            self.h[key] = torch.zeros(d, d, dtype=torch.float64, device=x.device)
-            self.count[key] = 0
+        parts = self._parts.setdefault(key, [])
         if samples is None:
-            parts = x.reshape(-1, self.seq_len, d)
-            for xs in parts:
-                self.h[key] += xs.T @ xs
-            self.count[key] += parts.shape[0] * self.seq_len
+            rows = x.reshape(-1, self.seq_len, d)
+            for xs in rows:
+                parts.append(xs.T @ xs)
+            self._ntok[key] = self._ntok.get(key, 0) + rows.shape[0] * self.seq_len
         else:
             for s in torch.unique(samples).tolist():  # ascending sample order
                 xs = x[samples == s]
-                self.h[key] += xs.T @ xs
-                self.count[key] += xs.shape[0]
+                parts.append(xs.T @ xs)
+                self._ntok[key] = self._ntok.get(key, 0) + xs.shape[0]
 
     def _linear_hook(self, name: str):
         def hook(mod, args):
