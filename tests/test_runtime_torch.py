@@ -60,6 +60,34 @@ def _kernel_cases(device):
                                      out_features=ref.shape[0], in_features=ref.shape[1])
                 want = x.double() @ torch.from_numpy(ref).double().T
                 assert torch.allclose(y.cpu().double(), want, rtol=1e-2, atol=2e-2), (k, axis, m)
+    _period_kernel_cases(device)
+
+
+def _period_kernel_cases(device):
+    """The period kernels (trellis_triton) vs the numpy reference decode: both
+    codes, L = 12 and 16, T = 64 and 256, k = 1..4, both axes, M = 1..4, ragged
+    row counts and column tiles."""
+    from tqbuild.runtime import trellis_triton as tk
+
+    rng = np.random.default_rng(7)
+    cases = [(c, L, T, k, axis) for c in ("1mad", "3inst") for k in (1, 2, 3, 4)
+             for axis in (0, 1) for (L, T) in ((12, 64), (16, 256) if k > 1 else (12, 256))]
+    for i, (code, L, T, k, axis) in enumerate(cases):
+        rows = 37 + 16 * (i % 3)
+        nb = 3 if T == 64 else 1
+        words = rng.integers(0, 2**32, (rows, nb * T * k // 32), dtype=np.uint32)
+        scales = (rng.random(rows) + 0.5).astype(np.float16)
+        ref = fmt.decode(words, scales, k=k, T=T, L=L, code=code, axis=axis, interleaved=False)
+        m = 1 + i % 4
+        x = rng.standard_normal((m, ref.shape[1])).astype(np.float32)
+        y = tk.matvec(torch.from_numpy(x).to(device),
+                      torch.from_numpy(words.view(np.int32)).to(device),
+                      torch.from_numpy(scales).to(device), code=code, k=k, T=T, L=L, axis=axis,
+                      out_features=ref.shape[0], in_features=ref.shape[1],
+                      cfg={"splits": 2, "BI": 16} if axis == 0 else {"BR": 16})
+        want = x.astype(np.float64) @ ref.astype(np.float64).T
+        err = np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max()
+        assert err < 1e-5, (code, L, T, k, axis, m, err)
 
 
 @pytest.mark.skipif(tt.triton is None, reason="Triton is not installed")

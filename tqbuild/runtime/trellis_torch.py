@@ -3,7 +3,8 @@ device) and Triton decode-matvec kernels on CUDA.
 
 Every path computes a weight as f32(code(state)) · f32(scale), the state read
 in O(1) from two packed words (DESIGN §5). Kernels, by the number of input
-rows M:
+rows M: M ≤ 4 and T a multiple of 32 (every recipe's geometry): the period
+kernels of runtime/trellis_triton.py; otherwise these generic ones —
   M ≤ 4, axis 1 (coded along the input dim): `reduce` — a program owns a
       block of output rows and walks the input dim, decoding each weight once
       for all M rows;
@@ -25,7 +26,9 @@ try:
 except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
-SMALL_M = 4
+from . import trellis_triton
+
+SMALL_M = trellis_triton.MAX_M
 
 
 def _windows(words: torch.Tensor, k: int, T: int, L: int) -> torch.Tensor:
@@ -152,6 +155,7 @@ class TrellisLinear(nn.Module):
         if t.get("version") != VERSION:
             raise ValueError(f"trellis format version {t.get('version')} is not supported")
         self.k, self.T, self.L = entry["bits"], entry["group_size"], t["L"]
+        self.code = t["code"]
         self.axis, self.interleave = t["axis"], t["interleave"]
         if self.interleave:  # the kernels read the plain layout
             g, rows, pair = words.shape
@@ -172,7 +176,13 @@ class TrellisLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1])
-        if x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M:
+        if x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M and \
+                trellis_triton.fast_ok(self.T, self.k, self.L):
+            y = trellis_triton.matvec(x2, self.words, self.scales, code=self.code, k=self.k,
+                                      T=self.T, L=self.L, axis=self.axis,
+                                      out_features=self.out_features,
+                                      in_features=self.in_features).to(x.dtype)
+        elif x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M:
             y = matvec_triton(x2, self.words, self.scales, self.table, k=self.k, T=self.T,
                               L=self.L, axis=self.axis, out_features=self.out_features,
                               in_features=self.in_features).to(x.dtype)
