@@ -3,20 +3,23 @@ bf16 cuBLAS matvec of the same shape.
 
     python bench/trellis_matvec.py      # -> bench/results/trellis_matvec-cuda.json
 
-Shapes: 8192×8192 and 17408×5120 (gate/up, coded along the input dim) with the
-`reduce` kernel, 5120×17408 (down_proj, coded along its output dim) with the
-`scatter` kernel, k = 2, 3, 4. Every timing replays a CUDA graph over enough
-distinct weight copies that the working set exceeds twice the L2 cache.
-Ceilings: the measured copy bandwidth (read + write bytes of a 2 GiB copy) and
-the measured int32 add+min rate (bench/trellis_codec.py's kernel, 2 ops per
-pair) divided by OPS_PER_WEIGHT, the integer operations the kernel spends
-decoding one weight (index math 8, two word loads, shift/or/mask 5, the code
-gather, the multiply-add).
+Shapes: 8192×8192 and 17408×5120 (gate/up, coded along the input dim: the
+`rows` period kernel) and 5120×17408 (down_proj, coded along its output dim:
+the `cols` kernel), k = 2, 3, 4, L = 12, T = 256, both codes. The block shapes
+are swept first on one shape per kernel at k = 3 and the best kept. Every
+timing replays a CUDA graph over enough distinct weight copies that the
+working set exceeds twice the L2. Ceilings: the measured copy bandwidth
+(read + write bytes of a 2 GiB copy) for the packed bytes, and the integer
+ceiling = the measured int32 op rate (bench/trellis_codec.py's add+min
+kernel, 2 ops per pair) ÷ the kernel's instructions per weight, counted in
+its SASS main loop (every instruction: loads, index math, decode, FMA). The
+generic kernels (per-weight index math and table gathers) are timed beside.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -30,11 +33,44 @@ from hostinfo import host  # noqa: E402
 from trellis_codec import add_compare_rate  # noqa: E402
 
 from tqbuild.kernels.trellis_codes import code_table  # noqa: E402
+from tqbuild.runtime import trellis_triton as tk  # noqa: E402
 from tqbuild.runtime.trellis_torch import matvec_triton  # noqa: E402
 
-OPS_PER_WEIGHT = 17
 SHAPES = [("8192x8192", 8192, 8192, 1), ("gate 17408x5120", 17408, 5120, 1),
           ("down 5120x17408", 5120, 17408, 0)]
+ROWS_SWEEP = [dict(BR=br, NP=np_, num_warps=w) for br, np_, w in
+              ((8, 32, 1), (16, 32, 2), (16, 32, 4), (32, 32, 4), (16, 64, 4), (32, 64, 8),
+               (64, 32, 8), (8, 64, 2))]
+COLS_SWEEP = [dict(BI=bi, NP=np_, num_warps=w, splits=sp) for bi, np_, w, sp in
+              ((32, 32, 1, 16), (32, 32, 4, 16), (64, 32, 4, 16), (64, 32, 4, 32),
+               (128, 32, 4, 8), (64, 16, 2, 32), (128, 32, 8, 16), (32, 64, 4, 32))]
+
+
+def sass_ops_per_weight(kernel, weights_per_thread_iter: int) -> float | None:
+    """Instructions in the kernel's largest loop ÷ weights one thread decodes per
+    trip (None when the SASS cannot be read)."""
+    try:
+        from triton.tools.disasm import get_sass
+
+        sass = get_sass(kernel.asm["cubin"])
+    except Exception:  # noqa: BLE001 - cuobjdump missing etc.
+        return None
+    lines = sass.splitlines()
+    labels, instrs = {}, []
+    for ln in lines:
+        m = re.match(r"\s*\.?(L_x_\d+):", ln.strip())
+        if m:
+            labels[m.group(1)] = len(instrs)
+            continue
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(.+?);", ln)
+        if m and not m.group(1).strip().startswith("NOP"):
+            instrs.append(m.group(1).strip())
+    best = 0
+    for i, ins in enumerate(instrs):
+        m = re.search(r"BRA\s+.*?`?\(?\.?(L_x_\d+)", ins)
+        if m and m.group(1) in labels and labels[m.group(1)] <= i:
+            best = max(best, i + 1 - labels[m.group(1)])
+    return best / weights_per_thread_iter if best else None
 
 
 def copy_bandwidth() -> float:
@@ -72,53 +108,108 @@ def graph_time(fn, n_iter: int = 20) -> float:
     return st.elapsed_time(en) / 1000 / n_iter
 
 
+def copies_for(nbytes: int, l2: int) -> int:
+    return max(2, -(-3 * l2 // nbytes))
+
+
+def time_packed(x, copies, **kw) -> float:
+    def run():
+        return [tk.matvec(x, w, sc, **kw) for w, sc in copies]
+    return graph_time(run) / len(copies)
+
+
+def packed_case(x, k, rows, cols, l2, g):
+    words = torch.randint(-2**31, 2**31 - 1, (rows, cols * k // 32), device="cuda",
+                          dtype=torch.int32, generator=g)  # any bits are valid states
+    scales = torch.rand(rows, device="cuda", generator=g).half() + 0.5
+    nbytes = words.numel() * 4 + scales.numel() * 2
+    n = copies_for(nbytes, l2)
+    return [(words.clone(), scales.clone()) for _ in range(n)], nbytes
+
+
+def sweep(x, copies, axis, out_f, in_f) -> tuple[dict, list]:
+    tried = []
+    for cfg in (ROWS_SWEEP if axis == 1 else COLS_SWEEP):
+        try:
+            t = time_packed(x, copies, code="1mad", k=3, T=256, L=12, axis=axis,
+                            out_features=out_f, in_features=in_f, cfg=cfg)
+        except Exception as e:  # noqa: BLE001 - a config that does not compile
+            tried.append({"cfg": cfg, "error": str(e)[:200]})
+            continue
+        tried.append({"cfg": cfg, "seconds": t})
+        print(json.dumps(tried[-1]), flush=True)
+    best = min((c for c in tried if "seconds" in c), key=lambda c: c["seconds"])
+    return best["cfg"], tried
+
+
+def ops_per_weight(x, words, scales, axis, k, code, out_f, in_f, cfg) -> float | None:
+    """The SASS instructions per weight of the kernel this call launches."""
+    tk.matvec(x, words, scales, code=code, k=k, T=256, L=12, axis=axis, out_features=out_f,
+              in_features=in_f, cfg=cfg)
+    c = dict(tk.ROWS_CFG if axis == 1 else tk.COLS_CFG, **cfg)
+    per_trip = (c["BR"] if axis == 1 else c["BI"]) * c["NP"] * 32 // (32 * c["num_warps"])
+    return sass_ops_per_weight(tk.LAST["kernel"], per_trip)
+
+
 def main() -> None:
     dev = "cuda"
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()
-    int_pairs = add_compare_rate("int32")
-    int_ops = 2 * int_pairs
-    table = torch.from_numpy(code_table("1mad", 12).copy()).to(dev)
+    int_ops = 2 * add_compare_rate("int32")
     res = {"host": host(), "l2_bytes": l2, "copy_bytes_per_s": bw, "int32_ops_per_s": int_ops,
-           "ops_per_weight": OPS_PER_WEIGHT, "cases": []}
+           "sweeps": {}, "cases": []}
     g = torch.Generator(device=dev).manual_seed(0)
+    best = {}
+    for name, out_f, in_f, axis in SHAPES:
+        if axis in best:
+            continue
+        rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
+        x = torch.randn(1, in_f, device=dev, dtype=torch.bfloat16, generator=g)
+        copies, _ = packed_case(x, 3, rows, cols, l2, g)
+        best[axis], res["sweeps"][name] = sweep(x, copies, axis, out_f, in_f)
+        del copies
+    res["chosen"] = {"rows": best[1], "cols": best[0]}
     for name, out_f, in_f, axis in SHAPES:
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
         x = torch.randn(1, in_f, device=dev, dtype=torch.bfloat16, generator=g)
         wb = torch.randn(out_f, in_f, device=dev, dtype=torch.bfloat16, generator=g)
-        n_bf = max(2, -(-3 * l2 // (wb.numel() * 2)))
-        bfs = [wb.clone() for _ in range(n_bf)]
+        bfs = [wb.clone() for _ in range(copies_for(wb.numel() * 2, l2))]
 
         def dense(x=x, bfs=bfs):
             return [torch.nn.functional.linear(x, w) for w in bfs]
 
-        t_bf = graph_time(dense) / n_bf
+        t_bf = graph_time(dense) / len(bfs)
         del bfs, dense
         for k in (2, 3, 4):
-            words = torch.randint(-2**31, 2**31 - 1, (rows, cols * k // 32), device=dev,
-                                  dtype=torch.int32, generator=g)  # any bits are valid states
-            scales = torch.rand(rows, device=dev, generator=g).half() + 0.5
-            nbytes = words.numel() * 4 + scales.numel() * 2
-            n = max(2, -(-3 * l2 // nbytes))
-            copies = [(words.clone(), scales.clone()) for _ in range(n)]
-            def packed(x=x, copies=copies, k=k, axis=axis, out_f=out_f, in_f=in_f):
-                return [matvec_triton(x, w, s, table, k=k, T=256, L=12, axis=axis,
-                                      out_features=out_f, in_features=in_f) for w, s in copies]
+            copies, nbytes = packed_case(x, k, rows, cols, l2, g)
+            for code in ("1mad", "3inst"):
+                kw = dict(code=code, k=k, T=256, L=12, axis=axis, out_features=out_f,
+                          in_features=in_f, cfg=best[axis])
+                t = time_packed(x, copies, **kw)
+                opw = ops_per_weight(x, *copies[0], axis, k, code, out_f, in_f, best[axis])
+                weights = out_f * in_f
+                case = {"shape": name, "axis": axis, "k": k, "code": code, "seconds": t,
+                        "packed_GB_per_s": nbytes / t / 1e9, "weights_per_s": weights / t,
+                        "fraction_of_copy_bw": nbytes / t / bw, "sass_ops_per_weight": opw,
+                        "bf16_cublas_seconds": t_bf,
+                        "bf16_GB_per_s": out_f * in_f * 2 / t_bf / 1e9,
+                        "speedup_vs_bf16": t_bf / t, "copies": len(copies)}
+                if opw:
+                    case["int_ceiling_weights_per_s"] = int_ops / opw
+                    case["fraction_of_int_ceiling"] = (weights / t) / (int_ops / opw)
+                    case["fraction_of_tighter_ceiling"] = max(case["fraction_of_copy_bw"],
+                                                              case["fraction_of_int_ceiling"])
+                if code == "1mad":  # the generic kernels, for the record
+                    tab = torch.from_numpy(code_table("1mad", 12).copy()).to(dev)
 
-            t = graph_time(packed) / n
-            weights = out_f * in_f
-            gbs = nbytes / t
-            int_ceiling_w = int_ops / OPS_PER_WEIGHT  # weights/s the ALUs allow
-            case = {"shape": name, "axis": axis, "k": k, "seconds": t,
-                    "packed_GB_per_s": gbs / 1e9, "weights_per_s": weights / t,
-                    "fraction_of_copy_bw": gbs / bw,
-                    "fraction_of_int_ceiling": (weights / t) / int_ceiling_w,
-                    "bf16_cublas_seconds": t_bf, "bf16_GB_per_s": wb.numel() * 2 / t_bf / 1e9,
-                    "speedup_vs_bf16": t_bf / t, "copies": n}
-            case["fraction_of_tighter_ceiling"] = max(case["fraction_of_copy_bw"],
-                                                      case["fraction_of_int_ceiling"])
-            print(json.dumps(case), flush=True)
-            res["cases"].append(case)
+                    def generic(copies=copies, k=k, axis=axis, out_f=out_f, in_f=in_f, x=x,
+                                tab=tab):
+                        return [matvec_triton(x, w, s, tab, k=k, T=256, L=12, axis=axis,
+                                              out_features=out_f, in_features=in_f)
+                                for w, s in copies]
+                    case["generic_kernel_seconds"] = graph_time(generic) / len(copies)
+                print(json.dumps(case), flush=True)
+                res["cases"].append(case)
             del copies
     out = HERE / "results"
     out.mkdir(exist_ok=True)

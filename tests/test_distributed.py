@@ -166,3 +166,17 @@ def test_bad_recipe_under_nproc_is_a_clear_error(srcs, tmp_path):
     r.write_text(r.read_text().replace("bits: 4", "bits: 7"))
     p = cli(r, "--nproc", "2")
     assert p.returncode == 2 and "r.yaml:" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_two_ranks_on_cuda_byte_identical(srcs, tmp_path):
+    """--device cuda: NCCL with a GPU per rank; on a one-GPU host both ranks share
+    it through gloo (TQBUILD_DIST_BACKEND=gloo), exercising the same code."""
+    env = {} if torch.cuda.device_count() >= 2 else {"TQBUILD_DIST_BACKEND": "gloo"}
+    one = setup(tmp_path, "one", srcs["llama"])
+    two = setup(tmp_path, "two", srcs["llama"])
+    check(cli(one, "--device", "cuda"))
+    p = cli(two, "--device", "cuda", "--nproc", "2", env=env)
+    check(p)
+    assert "2 ranks" in p.stdout
+    assert digests(one.parent / "out") == digests(two.parent / "out")

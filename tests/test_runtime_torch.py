@@ -146,4 +146,4 @@ stages:
     p = run("verify", tmp_path / "out")
     assert p.returncode == 0, p.stderr[-2000:]
     info = json.loads(p.stdout.splitlines()[0])
-    assert info["runtimes"] == ["torch", "mlx"] and info["torch_vs_mlx_mean_kl"] < 1e-3
+    assert info["runtimes"] == ["torch-cpu", "mlx"] and info["torch_vs_mlx_mean_kl"] < 1e-3

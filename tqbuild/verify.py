@@ -117,8 +117,18 @@ def cross_runtime(path: Path, device: str = "cpu", tolerance: float = 1e-3) -> t
     model = load_torch(path, packed=True, device=device)
     with torch.no_grad():
         ref = model(ids[None].to(device)).logits[0].float().cpu()
-    info: dict = {"prompt_tokens": int(ids.numel()), "runtimes": ["torch"]}
+    info: dict = {"prompt_tokens": int(ids.numel()), "runtimes": [f"torch-{device}"]}
     problems = [] if torch.isfinite(ref).all() else ["torch runtime: non-finite logits"]
+    if not str(device).startswith("cpu"):  # the GPU kernels vs the CPU reference decode
+        cpu = load_torch(path, packed=True, device="cpu")
+        with torch.no_grad():
+            want = cpu(ids[None]).logits[0].float()
+        kl = _mean_kl(want, ref)
+        info["runtimes"].append("torch-cpu")
+        info["torch_device_vs_cpu_mean_kl"] = kl
+        if not kl < tolerance:
+            problems.append(f"the torch {device} and CPU runtimes disagree (mean KL {kl:.2e} > "
+                            f"{tolerance})")
     try:
         import mlx.core as mx
 
@@ -128,11 +138,17 @@ def cross_runtime(path: Path, device: str = "cpu", tolerance: float = 1e-3) -> t
         return problems, info
     m, _ = mlx_load(path, dtype=mx.float32)
     got = torch.from_numpy(np.array(m(mx.array(ids.numpy())[None])[0].astype(mx.float32)))
-    lp = torch.log_softmax(ref.double(), -1)
-    lq = torch.log_softmax(got.double(), -1)
-    kl = float((lp.exp() * (lp - lq)).sum(-1).mean())
+    kl = _mean_kl(ref, got)
     info["runtimes"].append("mlx")
     info["torch_vs_mlx_mean_kl"] = kl
     if not kl < tolerance:
         problems.append(f"the torch and MLX runtimes disagree (mean KL {kl:.2e} > {tolerance})")
     return problems, info
+
+
+def _mean_kl(p_logits, q_logits) -> float:
+    import torch
+
+    lp = torch.log_softmax(p_logits.double(), -1)
+    lq = torch.log_softmax(q_logits.double(), -1)
+    return float((lp.exp() * (lp - lq)).sum(-1).mean())

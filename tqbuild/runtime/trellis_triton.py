@@ -199,6 +199,7 @@ if triton is not None:
 
 
 MAX_M = 4
+LAST: dict = {}  # the last launched compiled kernel (benchmarks read its SASS)
 ROWS_CFG = {"BR": 16, "NP": 32, "num_warps": 4}
 COLS_CFG = {"BI": 32, "NP": 32, "num_warps": 4, "splits": 16}
 
@@ -221,7 +222,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     if axis == 1:
         c = dict(ROWS_CFG, **(cfg or {}))
         out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
-        _rows_kernel[(triton.cdiv(rows, c["BR"]),)](
+        LAST["kernel"] = _rows_kernel[(triton.cdiv(rows, c["BR"]),)](
             x, words, scales, out, rows, nw, in_features, ng, factor, M=M, T=T, K=k, L=L,
             CODE=cid, BR=c["BR"], NP=c["NP"], num_warps=c["num_warps"])
         return out
@@ -230,7 +231,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     per = triton.cdiv(triton.cdiv(rows, splits), c["BI"]) * c["BI"]
     splits = triton.cdiv(rows, per)
     part = torch.zeros(splits, M, out_features, device=x.device, dtype=torch.float32)
-    _cols_kernel[(triton.cdiv(ng, c["NP"]), splits)](
+    LAST["kernel"] = _cols_kernel[(triton.cdiv(ng, c["NP"]), splits)](
         x, words, scales, part, rows, nw, ng, out_features, PER=per, M=M, T=T, K=k, L=L,
         CODE=cid, BI=c["BI"], NP=c["NP"], num_warps=c["num_warps"])
     return part.sum(0) * factor
