@@ -210,7 +210,11 @@ def main() -> None:
                     case["generic_kernel_seconds"] = graph_time(generic) / len(copies)
                 print(json.dumps(case), flush=True)
                 res["cases"].append(case)
+                save(res)
             del copies
+
+
+def save(res: dict) -> None:
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "trellis_matvec-cuda.json").write_text(json.dumps(res, indent=2) + "\n")
