@@ -2,8 +2,9 @@
 
     python bench/trellis_decode.py [--layers 8 --hidden 8192 --inter 28672]
 
-A synthetic llama (random weights; speed does not depend on the values) runs
-`generate` greedily for 64 new tokens in bf16, then every decoder linear is
+A synthetic llama (random weights; speed does not depend on the values)
+decodes greedily 64 new tokens in bf16 — with `generate` (eager) and with a
+static KV cache replaying one CUDA graph per token — then every decoder linear is
 swapped for a packed TrellisLinear (k = 3, L = 12, T = 256; random codes, any
 bit pattern being a valid state — down_proj coded along its output dim as the
 recipes do) and the same generation is timed again. Writes
@@ -25,6 +26,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from hostinfo import host  # noqa: E402
+from trellis_matvec import graph_time  # noqa: E402
 
 from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
 
@@ -47,22 +49,7 @@ def graph_tokens_per_s(model, new: int = 64) -> float:
             tok.copy_(o.logits[:, -1:].argmax(-1))
             pos.add_(1)
 
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                step()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
-        g.replay()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(new):
-            g.replay()
-        torch.cuda.synchronize()
-    return new / (time.perf_counter() - t)
+        return 1.0 / graph_time(step, n_iter=new)
 
 
 def tokens_per_s(model, new: int = 64) -> float:

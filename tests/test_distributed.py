@@ -13,28 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_resume import recipe
 from tiny import make_model, save_bf16
-
-RECIPE = """name: tiny-dist
-source: {{path: {src}}}
-output: out
-workdir: work
-calibration:
-  source: {{self_generated: true}}
-  samples: 7
-  seq_len: 32
-  hessians: {mode}
-stages:
-  - untie
-  - norm_fold
-  - rotate: {{seed: 3}}
-  - calibrate
-  - quantize:
-      default: {{method: gptq, bits: 4, group_size: 32}}
-      rules:
-        - {{match: '{trellis}', format: trellis, method: ldlq, bits: 2, trellis: {{T: 32}}}}
-  - write
-"""
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +26,19 @@ def srcs(tmp_path_factory) -> dict[str, Path]:
 
 def setup(tmp: Path, tag: str, src: Path, mode: str = "original",
           trellis: str = r"mlp\.down_proj$") -> Path:
-    (tmp / tag).mkdir()
-    p = tmp / tag / "r.yaml"
-    p.write_text(RECIPE.format(src=src, mode=mode, trellis=trellis))
-    return p
+    """test_resume's tiny GPTQ recipe with one trellis LDLQ rule and 7 samples
+    (uneven over 2 ranks)."""
+    rules = (f"[{{match: '{trellis}', format: trellis, method: ldlq, bits: 2, "
+             "trellis: {T: 32}}]")
+    return recipe(tmp, src, tag, mode, rules=rules, samples=7)
 
 
-def cli(recipe: Path, *args, env=None) -> subprocess.CompletedProcess:
+def cli(path: Path, *args, env=None) -> subprocess.CompletedProcess:
     e = dict(os.environ, **(env or {}))
     e.pop("WORLD_SIZE", None)
     return subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml", "--no-lock", *args],
                           env=e, capture_output=True, text=True, timeout=900,
-                          cwd=recipe.parent)
+                          cwd=path.parent)
 
 
 def digests(out: Path) -> dict[str, str]:
@@ -94,7 +75,7 @@ def test_resume_with_another_rank_count(srcs, tmp_path, first, then, kill_at):
     r = setup(tmp_path, "r", srcs["llama"])
     killed = cli(r, "--nproc", first, env={"TQBUILD_TEST_KILL_AT": str(kill_at)})
     assert killed.returncode != 0 and not (r.parent / "out").exists()
-    assert any((r.parent / "work" / "tiny-dist" / "units").glob("*.safetensors"))
+    assert any((r.parent / "work" / "tiny-gptq" / "units").glob("*.safetensors"))
     resumed = cli(r, "--nproc", then)
     check(resumed)
     assert "units computed" in resumed.stdout

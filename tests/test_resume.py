@@ -22,7 +22,7 @@ output: {out}
 workdir: {work}
 calibration:
   source: {{self_generated: true}}
-  samples: 8
+  samples: {samples}
   seq_len: 32
   batch_size: {batch}
   hessians: {mode}
@@ -43,13 +43,14 @@ def src(tmp_path_factory) -> Path:
     return save_bf16(make_model("llama", layers=4), tmp_path_factory.mktemp("rs") / "src")
 
 
-def recipe(tmp: Path, src: Path, tag: str, mode="original", batch=4, rules="[]") -> Path:
+def recipe(tmp: Path, src: Path, tag: str, mode="original", batch=4, rules="[]",
+           samples=8) -> Path:
     """A recipe in tmp/TAG/ whose output and work dir are relative: the text (and
     so the artifact's metadata) is the same wherever it runs."""
     (tmp / tag).mkdir(exist_ok=True)
     p = tmp / tag / "r.yaml"
     p.write_text(RECIPE.format(src=src, out="out", work="work", batch=batch, mode=mode,
-                               rules=rules))
+                               samples=samples, rules=rules))
     return p
 
 

@@ -129,10 +129,9 @@ def build(
             typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "
                        f"resume with: {again}", err=True)
         raise SystemExit(130) from None
-    if not dist.lead:
-        dist.close()
-        return
     dist.close()
+    if not dist.lead:
+        return
     if lock_path is not None:
         from .io.hash_cache import HashCache
         from .pipeline.lock import make_entry, update_lock
