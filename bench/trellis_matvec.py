@@ -38,39 +38,46 @@ from tqbuild.runtime.trellis_torch import matvec_triton  # noqa: E402
 
 SHAPES = [("8192x8192", 8192, 8192, 1), ("gate 17408x5120", 17408, 5120, 1),
           ("down 5120x17408", 5120, 17408, 0)]
-ROWS_SWEEP = [dict(BR=br, NP=np_, num_warps=w) for br, np_, w in
-              ((8, 32, 1), (16, 32, 2), (16, 32, 4), (32, 32, 4), (16, 64, 4), (32, 64, 8),
-               (64, 32, 8), (8, 64, 2))]
+ROWS_SWEEP = [dict(RB=rb, NP=np_, num_warps=w) for rb, np_, w in
+              ((4, 128, 4), (8, 128, 4), (2, 128, 4), (8, 64, 2), (4, 64, 2), (16, 64, 2),
+               (8, 32, 1), (16, 32, 1), (4, 32, 1), (8, 128, 2))]
 COLS_SWEEP = [dict(BI=bi, NP=np_, num_warps=w, splits=sp) for bi, np_, w, sp in
-              ((32, 32, 1, 16), (32, 32, 4, 16), (64, 32, 4, 16), (64, 32, 4, 32),
-               (128, 32, 4, 8), (64, 16, 2, 32), (128, 32, 8, 16), (32, 64, 4, 32))]
+              ((4, 32, 4, 64), (4, 32, 4, 128), (8, 32, 4, 64), (2, 64, 4, 64), (8, 32, 8, 64),
+               (4, 64, 8, 32), (2, 32, 2, 128), (16, 32, 4, 32))]
+
+
+def loop_instructions(sass: str) -> int | None:
+    """Instructions (NOPs aside) in the longest backward-branch span of a SASS
+    listing as triton.tools.disasm.get_sass prints it (labels `LBB0:`)."""
+    labels, instrs = {}, []
+    for ln in sass.splitlines():
+        t = ln.strip()
+        m = re.match(r"^([.\w]+):$", t)
+        if m:
+            labels[m.group(1)] = len(instrs)
+        elif "\t" in t:
+            op = t.split("\t", 1)[1].strip()
+            if op and not op.startswith("NOP"):
+                instrs.append(op)
+    best = 0
+    for i, op in enumerate(instrs):
+        m = re.search(r"BRA\s+`?\(?([.\w]+)", op)
+        if m and labels.get(m.group(1), i + 1) <= i:
+            best = max(best, i + 1 - labels[m.group(1)])
+    return best or None
 
 
 def sass_ops_per_weight(kernel, weights_per_thread_iter: int) -> float | None:
-    """Instructions in the kernel's largest loop ÷ weights one thread decodes per
+    """Instructions in the kernel's main loop ÷ weights one thread decodes per
     trip (None when the SASS cannot be read)."""
     try:
         from triton.tools.disasm import get_sass
 
-        sass = get_sass(kernel.asm["cubin"])
-    except Exception:  # noqa: BLE001 - cuobjdump missing etc.
+        n = loop_instructions(get_sass(kernel.asm["cubin"]))
+    except Exception as e:  # noqa: BLE001 - cuobjdump missing etc.
+        print(f"no SASS: {e}", file=sys.stderr)
         return None
-    lines = sass.splitlines()
-    labels, instrs = {}, []
-    for ln in lines:
-        m = re.match(r"\s*\.?(L_x_\d+):", ln.strip())
-        if m:
-            labels[m.group(1)] = len(instrs)
-            continue
-        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(.+?);", ln)
-        if m and not m.group(1).strip().startswith("NOP"):
-            instrs.append(m.group(1).strip())
-    best = 0
-    for i, ins in enumerate(instrs):
-        m = re.search(r"BRA\s+.*?`?\(?\.?(L_x_\d+)", ins)
-        if m and m.group(1) in labels and labels[m.group(1)] <= i:
-            best = max(best, i + 1 - labels[m.group(1)])
-    return best / weights_per_thread_iter if best else None
+    return n / weights_per_thread_iter if n else None
 
 
 def copy_bandwidth() -> float:
@@ -146,8 +153,9 @@ def ops_per_weight(x, words, scales, axis, k, code, out_f, in_f, cfg) -> float |
     """The SASS instructions per weight of the kernel this call launches."""
     tk.matvec(x, words, scales, code=code, k=k, T=256, L=12, axis=axis, out_features=out_f,
               in_features=in_f, cfg=cfg)
-    c = dict(tk.ROWS_CFG if axis == 1 else tk.COLS_CFG, **cfg)
-    per_trip = (c["BR"] if axis == 1 else c["BI"]) * c["NP"] * 32 // (32 * c["num_warps"])
+    ng = (in_f if axis == 1 else out_f) // 32
+    c = tk.rows_cfg(ng, cfg) if axis == 1 else tk.cols_cfg(in_f, ng, cfg)
+    per_trip = (c["RB"] if axis == 1 else c["BI"]) * c["NP"] * 32 // (32 * c["num_warps"])
     return sass_ops_per_weight(tk.LAST["kernel"], per_trip)
 
 
@@ -161,14 +169,12 @@ def main() -> None:
     g = torch.Generator(device=dev).manual_seed(0)
     best = {}
     for name, out_f, in_f, axis in SHAPES:
-        if axis in best:
-            continue
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
         x = torch.randn(1, in_f, device=dev, dtype=torch.bfloat16, generator=g)
         copies, _ = packed_case(x, 3, rows, cols, l2, g)
-        best[axis], res["sweeps"][name] = sweep(x, copies, axis, out_f, in_f)
+        best[name], res["sweeps"][name] = sweep(x, copies, axis, out_f, in_f)
         del copies
-    res["chosen"] = {"rows": best[1], "cols": best[0]}
+    res["chosen"] = best
     for name, out_f, in_f, axis in SHAPES:
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
         x = torch.randn(1, in_f, device=dev, dtype=torch.bfloat16, generator=g)
@@ -184,9 +190,9 @@ def main() -> None:
             copies, nbytes = packed_case(x, k, rows, cols, l2, g)
             for code in ("1mad", "3inst"):
                 kw = dict(code=code, k=k, T=256, L=12, axis=axis, out_features=out_f,
-                          in_features=in_f, cfg=best[axis])
+                          in_features=in_f, cfg=best[name])
                 t = time_packed(x, copies, **kw)
-                opw = ops_per_weight(x, *copies[0], axis, k, code, out_f, in_f, best[axis])
+                opw = ops_per_weight(x, *copies[0], axis, k, code, out_f, in_f, best[name])
                 weights = out_f * in_f
                 case = {"shape": name, "axis": axis, "k": k, "code": code, "seconds": t,
                         "packed_GB_per_s": nbytes / t / 1e9, "weights_per_s": weights / t,

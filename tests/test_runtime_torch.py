@@ -84,7 +84,7 @@ def _period_kernel_cases(device):
                       torch.from_numpy(words.view(np.int32)).to(device),
                       torch.from_numpy(scales).to(device), code=code, k=k, T=T, L=L, axis=axis,
                       out_features=ref.shape[0], in_features=ref.shape[1],
-                      cfg={"splits": 2, "BI": 16} if axis == 0 else {"BR": 16})
+                      cfg={"splits": 2, "BI": 16} if axis == 0 else {"RB": 3, "NP": 16})
         want = x.astype(np.float64) @ ref.astype(np.float64).T
         err = np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max()
         assert err < 1e-5, (code, L, T, k, axis, m, err)

@@ -21,6 +21,8 @@ Every input row (M ≤ 4) reuses each decoded weight.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 try:
@@ -37,16 +39,30 @@ CODE_FACTOR = {"1mad": 1.0 / 147.800537109375, "3inst": 1.0 / 1.24371088}
 if triton is not None:
 
     @triton.jit
-    def _raw_code(s, CODE: tl.constexpr):
-        """The code value of states s (uint32) before its constant factor."""
+    def _raw_code(s, CODE: tl.constexpr, ASM: tl.constexpr):
+        """The code value of states s (uint32) before its constant factor. ASM:
+        PTX for the byte sum (dp4a) and the fp16 halves (the interpreter takes
+        the plain path)."""
         if CODE == 0:  # 1MAD: bytes of s·34038481 + 76625530 summed, minus 510
             x = s * 34038481 + 76625530
-            t = (x & 0x00FF00FF) + ((x >> 8) & 0x00FF00FF)
-            total = (t & 0xFFFF) + (t >> 16)
             # int -> float without I2F: 2^23 + total has total in its mantissa
-            return (total | 0x4B000000).to(tl.float32, bitcast=True) - 8389118.0
-        else:  # 3INST
+            if ASM:
+                f = tl.inline_asm_elementwise(
+                    "{.reg .u32 m, c; mov.u32 m, 16843009; mov.u32 c, 1258291200;"
+                    " dp4a.u32.u32 $0, $1, m, c;}",
+                    "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+            else:
+                t = (x & 0x00FF00FF) + ((x >> 8) & 0x00FF00FF)
+                f = ((t & 0xFFFF) + (t >> 16) | 0x4B000000).to(tl.float32, bitcast=True)
+            return f - 8389118.0
+        else:  # 3INST: two fp16 halves summed in fp16
             x = s * 89226354 + 64248484
+            if ASM:  # one lop3 for (x & m) ^ c (0x6A = (a & b) ^ c)
+                return tl.inline_asm_elementwise(
+                    "{.reg .b32 r, m, c; .reg .b16 l, h, s; mov.b32 m, 0x8FFF8FFF;"
+                    " mov.b32 c, 0x3B603B60; lop3.b32 r, $1, m, c, 0x6A;"
+                    " mov.b32 {l, h}, r; add.rn.f16 s, l, h; cvt.f32.f16 $0, s;}",
+                    "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
             r = (x & 0x8FFF8FFF) ^ 0x3B603B60
             lo = (r & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True)
             hi = (r >> 16).to(tl.uint16).to(tl.float16, bitcast=True)
@@ -105,59 +121,71 @@ if triton is not None:
         return p0, p1, p2, p3, p4
 
     @triton.jit
+    def _acc(acc, v: tl.constexpr, add):
+        """acc with its v-th tile increased by add (acc: a tuple of 32 tiles)."""
+        return acc[:v] + (acc[v] + add,) + acc[v + 1:]
+
+    @triton.jit
     def _rows_kernel(x_ptr, w_ptr, s_ptr, out_ptr, rows, nw, n_in, NG: tl.constexpr, factor,
                      M: tl.constexpr, T: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
-                     CODE: tl.constexpr, BR: tl.constexpr, NP: tl.constexpr):
+                     CODE: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr,
+                     NP: tl.constexpr):
         PPB: tl.constexpr = T // 32
         WPB: tl.constexpr = T * K // 32
-        pid = tl.program_id(0)
-        r = pid * BR + tl.arange(0, BR)[:, None]
-        rmask = r < rows
-        rr = tl.where(rmask, r, 0)
-        acc0 = tl.zeros((BR, NP), dtype=tl.float32)
-        acc1 = acc0
-        acc2 = acc0
-        acc3 = acc0
+        r0 = tl.program_id(0) * RB
+        # RB rows per program, unrolled: each x value loaded is used RB times
+        zero = tl.zeros((NP,), dtype=tl.float32)
+        acc = (zero,) * (4 * RB)  # [row ri, input row m] at 4·ri + m
         for g0 in range(0, NG, NP):
-            g = g0 + tl.arange(0, NP)[None, :]
+            g = g0 + tl.arange(0, NP)
             gmask = g < NG
             gg = tl.where(gmask, g, 0)
             p = gg % PPB
-            base = w_ptr + rr.to(tl.int64) * nw + K * gg
-            p0, p1, p2, p3, p4 = _planes(base, p == PPB - 1, K, WPB, rmask & gmask)
+            planes = ()
+            for ri in tl.static_range(RB):
+                r = tl.minimum(r0 + ri, rows - 1)
+                planes = planes + (_planes(w_ptr + r.to(tl.int64) * nw + K * gg, p == PPB - 1,
+                                           K, WPB, gmask),)
             col0 = (gg // PPB) * T + (T - 1) - 32 * p  # column of weight v = col0 − v
             for v in tl.static_range(32):
-                val = _raw_code(_state(v, p0, p1, p2, p3, p4, K, L), CODE)
                 c = col0 - v
-                acc0 += val * tl.load(x_ptr + c, mask=gmask, other=0.0).to(tl.float32)
+                x0 = tl.load(x_ptr + c, mask=gmask, other=0.0).to(tl.float32)
+                x1 = x0
+                x2 = x0
+                x3 = x0
                 if M > 1:
-                    acc1 += val * tl.load(x_ptr + n_in + c, mask=gmask,
-                                          other=0.0).to(tl.float32)
+                    x1 = tl.load(x_ptr + n_in + c, mask=gmask, other=0.0).to(tl.float32)
                 if M > 2:
-                    acc2 += val * tl.load(x_ptr + 2 * n_in + c, mask=gmask,
-                                          other=0.0).to(tl.float32)
+                    x2 = tl.load(x_ptr + 2 * n_in + c, mask=gmask, other=0.0).to(tl.float32)
                 if M > 3:
-                    acc3 += val * tl.load(x_ptr + 3 * n_in + c, mask=gmask,
-                                          other=0.0).to(tl.float32)
-        r1 = tl.reshape(rr, (BR,))
-        om = tl.reshape(rmask, (BR,))
-        sc = tl.load(s_ptr + r1).to(tl.float32) * factor
-        tl.store(out_ptr + r1, tl.sum(acc0, axis=1) * sc, mask=om)
-        if M > 1:
-            tl.store(out_ptr + rows + r1, tl.sum(acc1, axis=1) * sc, mask=om)
-        if M > 2:
-            tl.store(out_ptr + 2 * rows + r1, tl.sum(acc2, axis=1) * sc, mask=om)
-        if M > 3:
-            tl.store(out_ptr + 3 * rows + r1, tl.sum(acc3, axis=1) * sc, mask=om)
+                    x3 = tl.load(x_ptr + 3 * n_in + c, mask=gmask, other=0.0).to(tl.float32)
+                for ri in tl.static_range(RB):
+                    q = planes[ri]
+                    val = _raw_code(_state(v, q[0], q[1], q[2], q[3], q[4], K, L), CODE, ASM)
+                    acc = _acc(acc, 4 * ri, val * x0)
+                    if M > 1:
+                        acc = _acc(acc, 4 * ri + 1, val * x1)
+                    if M > 2:
+                        acc = _acc(acc, 4 * ri + 2, val * x2)
+                    if M > 3:
+                        acc = _acc(acc, 4 * ri + 3, val * x3)
+        for ri in tl.static_range(RB):
+            r = r0 + ri
+            ok = r < rows
+            sc = tl.load(s_ptr + r, mask=ok, other=0.0).to(tl.float32) * factor
+            for m in tl.static_range(M):
+                tl.store(out_ptr + m * rows + r, tl.sum(acc[4 * ri + m], axis=0) * sc, mask=ok)
 
     @triton.jit
-    def _add_out(ptr, c, contrib, mask):
-        tl.store(ptr + c, tl.load(ptr + c, mask=mask, other=0.0) + contrib, mask=mask)
+    def _cols_out(part, acc, col0, mask):
+        for v in tl.static_range(32):
+            tl.store(part + col0 - v, tl.sum(acc[v], axis=0), mask=mask)
 
     @triton.jit
-    def _cols_kernel(x_ptr, w_ptr, s_ptr, part_ptr, rows, nw, NG, n_out, PER: tl.constexpr,
-                     M: tl.constexpr, T: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
-                     CODE: tl.constexpr, BI: tl.constexpr, NP: tl.constexpr):
+    def _cols_kernel(x_ptr, w_ptr, s_ptr, part_ptr, rows, nw, NG, n_out, factor,
+                     PER: tl.constexpr, M: tl.constexpr, T: tl.constexpr, K: tl.constexpr,
+                     L: tl.constexpr, CODE: tl.constexpr, ASM: tl.constexpr,
+                     BI: tl.constexpr, NP: tl.constexpr):
         PPB: tl.constexpr = T // 32
         WPB: tl.constexpr = T * K // 32
         pg = tl.program_id(0)
@@ -168,14 +196,20 @@ if triton is not None:
         p = gg % PPB
         col0 = tl.reshape((gg // PPB) * T + (T - 1) - 32 * p, (NP,))
         gm1 = tl.reshape(gmask, (NP,))
-        part = part_ptr + ps * M * n_out
+        # one accumulator tile per weight of a period (and input row): the
+        # reduction over the input rows happens once, after the loop
+        zero = tl.zeros((BI, NP), dtype=tl.float32)
+        a0 = (zero,) * 32
+        a1 = a0
+        a2 = a0
+        a3 = a0
         for j in range(0, PER, BI):
             i = ps * PER + j + tl.arange(0, BI)[:, None]
             imask = i < rows
             ii = tl.where(imask, i, 0)
             base = w_ptr + ii.to(tl.int64) * nw + K * gg
             p0, p1, p2, p3, p4 = _planes(base, p == PPB - 1, K, WPB, imask & gmask)
-            sc = tl.load(s_ptr + ii, mask=imask, other=0.0).to(tl.float32)
+            sc = tl.load(s_ptr + ii, mask=imask, other=0.0).to(tl.float32) * factor
             xs0 = tl.load(x_ptr + ii, mask=imask, other=0.0).to(tl.float32) * sc
             xs1 = xs0
             xs2 = xs0
@@ -187,21 +221,50 @@ if triton is not None:
             if M > 3:
                 xs3 = tl.load(x_ptr + 3 * rows + ii, mask=imask, other=0.0).to(tl.float32) * sc
             for v in tl.static_range(32):
-                val = _raw_code(_state(v, p0, p1, p2, p3, p4, K, L), CODE)
-                c = col0 - v
-                _add_out(part, c, tl.sum(val * xs0, axis=0), gm1)
+                val = _raw_code(_state(v, p0, p1, p2, p3, p4, K, L), CODE, ASM)
+                a0 = _acc(a0, v, val * xs0)
                 if M > 1:
-                    _add_out(part + n_out, c, tl.sum(val * xs1, axis=0), gm1)
+                    a1 = _acc(a1, v, val * xs1)
                 if M > 2:
-                    _add_out(part + 2 * n_out, c, tl.sum(val * xs2, axis=0), gm1)
+                    a2 = _acc(a2, v, val * xs2)
                 if M > 3:
-                    _add_out(part + 3 * n_out, c, tl.sum(val * xs3, axis=0), gm1)
+                    a3 = _acc(a3, v, val * xs3)
+        part = part_ptr + ps * M * n_out
+        _cols_out(part, a0, col0, gm1)
+        if M > 1:
+            _cols_out(part + n_out, a1, col0, gm1)
+        if M > 2:
+            _cols_out(part + 2 * n_out, a2, col0, gm1)
+        if M > 3:
+            _cols_out(part + 3 * n_out, a3, col0, gm1)
 
 
 MAX_M = 4
 LAST: dict = {}  # the last launched compiled kernel (benchmarks read its SASS)
-ROWS_CFG = {"BR": 16, "NP": 32, "num_warps": 4}
-COLS_CFG = {"BI": 32, "NP": 32, "num_warps": 4, "splits": 16}
+# block shapes (bench/trellis_matvec.py sweeps them on the H200); NP and
+# num_warps follow the period count unless a cfg overrides them
+ROWS_CFG = {"RB": 8}
+COLS_CFG = {"BI": 4, "NP": 32, "num_warps": 4}
+TARGET_PROGRAMS = 528  # ≈ 4 per SM of an H100/H200
+
+
+def rows_cfg(ng: int, cfg: dict | None = None) -> dict:
+    """One period per thread and tile; the tile as wide as divides ng."""
+    np_ = 128 if ng % 128 == 0 else 64 if ng % 64 == 0 else 32
+    return {**ROWS_CFG, "NP": np_, "num_warps": np_ // 32, **(cfg or {})}
+
+
+def cols_cfg(rows: int, ng: int, cfg: dict | None = None) -> dict:
+    """Enough input-row splits that the grid fills the GPU."""
+    c = {**COLS_CFG, **(cfg or {})}
+    if "splits" not in c:
+        col_programs = -(-ng // c["NP"])
+        c["splits"] = max(1, min(-(-rows // c["BI"]), -(-TARGET_PROGRAMS // col_programs)))
+    return c
+
+def _asm() -> bool:
+    """Inline PTX unless Triton's interpreter runs the kernels."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("1", "true", "True")
 
 
 def fast_ok(T: int, k: int, L: int) -> bool:
@@ -220,18 +283,18 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     ng = (nw // k)  # periods per stored row
     cid, factor = CODE_IDS[code], CODE_FACTOR[code]
     if axis == 1:
-        c = dict(ROWS_CFG, **(cfg or {}))
+        c = rows_cfg(ng, cfg)
         out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
-        LAST["kernel"] = _rows_kernel[(triton.cdiv(rows, c["BR"]),)](
+        LAST["kernel"] = _rows_kernel[(triton.cdiv(rows, c["RB"]),)](
             x, words, scales, out, rows, nw, in_features, ng, factor, M=M, T=T, K=k, L=L,
-            CODE=cid, BR=c["BR"], NP=c["NP"], num_warps=c["num_warps"])
+            CODE=cid, ASM=_asm(), RB=c["RB"], NP=c["NP"], num_warps=c["num_warps"])
         return out
-    c = dict(COLS_CFG, **(cfg or {}))
+    c = cols_cfg(rows, ng, cfg)
     splits = max(1, min(c["splits"], triton.cdiv(rows, c["BI"])))
     per = triton.cdiv(triton.cdiv(rows, splits), c["BI"]) * c["BI"]
     splits = triton.cdiv(rows, per)
-    part = torch.zeros(splits, M, out_features, device=x.device, dtype=torch.float32)
+    part = torch.empty(splits, M, out_features, device=x.device, dtype=torch.float32)
     LAST["kernel"] = _cols_kernel[(triton.cdiv(ng, c["NP"]), splits)](
-        x, words, scales, part, rows, nw, ng, out_features, PER=per, M=M, T=T, K=k, L=L,
-        CODE=cid, BI=c["BI"], NP=c["NP"], num_warps=c["num_warps"])
-    return part.sum(0) * factor
+        x, words, scales, part, rows, nw, ng, out_features, factor, PER=per, M=M, T=T, K=k,
+        L=L, CODE=cid, ASM=_asm(), BI=c["BI"], NP=c["NP"], num_warps=c["num_warps"])
+    return part[0] if splits == 1 else part.sum(0)
