@@ -250,7 +250,7 @@ TARGET_PROGRAMS = 528  # ≈ 4 per SM of an H100/H200
 
 def rows_cfg(ng: int, cfg: dict | None = None) -> dict:
     """One period per thread and tile; the tile as wide as divides ng."""
-    np_ = 128 if ng % 128 == 0 else 64 if ng % 64 == 0 else 32
+    np_ = 64 if ng % 64 == 0 else 32
     return {**ROWS_CFG, "NP": np_, "num_warps": np_ // 32, **(cfg or {})}
 
 
