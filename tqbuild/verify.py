@@ -123,12 +123,15 @@ def cross_runtime(path: Path, device: str = "cpu", tolerance: float = 1e-3) -> t
         cpu = load_torch(path, packed=True, device="cpu")
         with torch.no_grad():
             want = cpu(ids[None]).logits[0].float()
-        kl = _mean_kl(want, ref)
         info["runtimes"].append("torch-cpu")
-        info["torch_device_vs_cpu_mean_kl"] = kl
-        if not kl < tolerance:
-            problems.append(f"the torch {device} and CPU runtimes disagree (mean KL {kl:.2e} > "
-                            f"{tolerance})")
+        # the prompt (M > 4 rows: expanded weights) and its last tokens fed one
+        # at a time through the KV cache (M = 1: the decode-matvec kernels)
+        for what, got in (("prompt", ref), ("decode", _decode_steps(model, ids, 4, device))):
+            kl = _mean_kl(want[-got.shape[0]:], got)
+            info[f"torch_device_vs_cpu_{what}_mean_kl"] = kl
+            if not kl < tolerance:
+                problems.append(f"the torch {device} and CPU runtimes disagree on the {what} "
+                                f"(mean KL {kl:.2e} > {tolerance})")
     try:
         import mlx.core as mx
 
@@ -144,6 +147,23 @@ def cross_runtime(path: Path, device: str = "cpu", tolerance: float = 1e-3) -> t
     if not kl < tolerance:
         problems.append(f"the torch and MLX runtimes disagree (mean KL {kl:.2e} > {tolerance})")
     return problems, info
+
+
+def _decode_steps(model, ids, n: int, device: str):
+    """Logits of the last n tokens, each fed alone after the ones before it."""
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
+    with torch.no_grad():
+        out = model(ids[None, :-n].to(device), use_cache=True)
+        cache, rows = out.past_key_values, []
+        for t in range(ids.numel() - n, ids.numel()):
+            out = model(ids[None, t:t + 1].to(device), past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            rows.append(out.logits[0, -1].float().cpu())
+    return torch.stack(rows)
 
 
 def _mean_kl(p_logits, q_logits) -> float:
