@@ -38,13 +38,14 @@ from tqbuild.runtime.trellis_torch import matvec_triton  # noqa: E402
 
 SHAPES = [("8192x8192", 8192, 8192, 1), ("gate 17408x5120", 17408, 5120, 1),
           ("down 5120x17408", 5120, 17408, 0)]
-ROWS_SWEEP = [dict(RB=rb, NP=np_, num_warps=w) for rb, np_, w in
-              ((4, 128, 4), (8, 128, 4), (2, 128, 4), (8, 64, 2), (4, 64, 2), (16, 64, 2),
-               (8, 32, 1), (16, 32, 1), (4, 32, 1), (8, 128, 2))]
-COLS_SWEEP = [dict(BI=bi, NP=np_, num_warps=w, splits=sp) for bi, np_, w, sp in
-              ((4, 32, 4, 64), (4, 32, 4, 128), (8, 32, 4, 64), (2, 64, 4, 64), (8, 32, 8, 64),
-               (4, 64, 8, 32), (2, 32, 2, 128), (16, 32, 4, 32))]
-
+ROWS_SWEEP = [dict(RB=rb, NP=np_, num_warps=w, XV=xv, PF=pf) for rb, np_, w, xv, pf in
+              ((8, 64, 2, True, False), (8, 64, 2, False, False), (8, 64, 2, True, True),
+               (8, 32, 1, True, False), (8, 32, 1, False, False), (4, 64, 2, True, False),
+               (16, 64, 2, False, False), (8, 128, 4, True, False), (4, 32, 1, True, True))]
+COLS_SWEEP = [dict(BI=bi, NP=np_, num_warps=w, splits=sp, PF=pf) for bi, np_, w, sp, pf in
+              ((4, 32, 4, 128, True), (4, 32, 4, 128, False), (4, 32, 4, 64, True),
+               (8, 32, 8, 64, True), (8, 32, 8, 64, False), (2, 32, 2, 128, True),
+               (4, 32, 4, 256, True))]
 
 def loop_instructions(sass: str) -> int | None:
     """Instructions (NOPs aside) in the longest backward-branch span of a SASS
@@ -154,7 +155,7 @@ def ops_per_weight(x, words, scales, axis, k, code, out_f, in_f, cfg) -> float |
     tk.matvec(x, words, scales, code=code, k=k, T=256, L=12, axis=axis, out_features=out_f,
               in_features=in_f, cfg=cfg)
     ng = (in_f if axis == 1 else out_f) // 32
-    c = tk.rows_cfg(ng, cfg) if axis == 1 else tk.cols_cfg(in_f, ng, cfg)
+    c = tk.rows_cfg(ng, 1, cfg) if axis == 1 else tk.cols_cfg(in_f, ng, 1, cfg)
     per_trip = (c["RB"] if axis == 1 else c["BI"]) * c["NP"] * 32 // (32 * c["num_warps"])
     return sass_ops_per_weight(tk.LAST["kernel"], per_trip)
 

@@ -79,12 +79,16 @@ def _period_kernel_cases(device):
         scales = (rng.random(rows) + 0.5).astype(np.float16)
         ref = fmt.decode(words, scales, k=k, T=T, L=L, code=code, axis=axis, interleaved=False)
         m = 1 + i % 4
-        x = rng.standard_normal((m, ref.shape[1])).astype(np.float32)
-        y = tk.matvec(torch.from_numpy(x).to(device),
-                      torch.from_numpy(words.view(np.int32)).to(device),
+        x = torch.from_numpy(rng.standard_normal((m, ref.shape[1])).astype(np.float32))
+        if i % 2:  # bf16 inputs (the model dtype); the reference takes the same values
+            x = x.bfloat16()
+        # every block-shape variant: wide x loads or not, prefetch or not
+        cfg = ({"splits": 2, "BI": 16, "PF": i % 3 == 0} if axis == 0 else
+               {"RB": 3, "NP": 16, "XV": i % 3 != 1, "PF": i % 3 == 2})
+        y = tk.matvec(x.to(device), torch.from_numpy(words.view(np.int32)).to(device),
                       torch.from_numpy(scales).to(device), code=code, k=k, T=T, L=L, axis=axis,
-                      out_features=ref.shape[0], in_features=ref.shape[1],
-                      cfg={"splits": 2, "BI": 16} if axis == 0 else {"RB": 3, "NP": 16})
+                      out_features=ref.shape[0], in_features=ref.shape[1], cfg=cfg)
+        x = x.double().numpy()
         want = x.astype(np.float64) @ ref.astype(np.float64).T
         err = np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max()
         assert err < 1e-5, (code, L, T, k, axis, m, err)

@@ -126,39 +126,97 @@ if triton is not None:
         return acc[:v] + (acc[v] + add,) + acc[v + 1:]
 
     @triton.jit
+    def _x_vals(x64, col0, mask, XB: tl.constexpr):
+        """The 32 inputs (bf16: XB = 2, float32: XB = 4) of each period as
+        float32, a tuple: item j = x[col0 − 31 + j] (weight v meets item 31 − v).
+        x64 views the row as int64: 8 (bf16) or 16 aligned loads per period."""
+        PER64: tl.constexpr = 8 // XB
+        base = x64.to(tl.pointer_type(tl.int64), bitcast=True) + (col0 - 31) // PER64
+        vals = ()
+        for q in tl.static_range(4 * XB):
+            w = tl.load(base + q, mask=mask, other=0)
+            lo = w.to(tl.int32)
+            hi = (w >> 32).to(tl.int32)
+            if XB == 2:
+                vals = vals + ((lo << 16).to(tl.float32, bitcast=True),
+                               (lo & -65536).to(tl.float32, bitcast=True),
+                               (hi << 16).to(tl.float32, bitcast=True),
+                               (hi & -65536).to(tl.float32, bitcast=True))
+            else:
+                vals = vals + (lo.to(tl.float32, bitcast=True), hi.to(tl.float32, bitcast=True))
+        return vals
+
+    @triton.jit
+    def _row_planes(w_ptr, r0, rows, nw, gg, last, mask, RB: tl.constexpr, K: tl.constexpr,
+                    WPB: tl.constexpr):
+        planes = ()
+        for ri in tl.static_range(RB):
+            r = tl.minimum(r0 + ri, rows - 1)
+            planes = planes + (_planes(w_ptr + r.to(tl.int64) * nw + K * gg, last, K, WPB,
+                                       mask),)
+        return planes
+
+    @triton.jit
     def _rows_kernel(x_ptr, w_ptr, s_ptr, out_ptr, rows, nw, n_in, NG: tl.constexpr, factor,
                      M: tl.constexpr, T: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
                      CODE: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr,
-                     NP: tl.constexpr):
+                     NP: tl.constexpr, PF: tl.constexpr, XV: tl.constexpr,
+                     XB: tl.constexpr):
         PPB: tl.constexpr = T // 32
         WPB: tl.constexpr = T * K // 32
         r0 = tl.program_id(0) * RB
         # RB rows per program, unrolled: each x value loaded is used RB times
         zero = tl.zeros((NP,), dtype=tl.float32)
         acc = (zero,) * (4 * RB)  # [row ri, input row m] at 4·ri + m
+        g = tl.arange(0, NP)
+        gg = tl.where(g < NG, g, 0)
+        nxt = _row_planes(w_ptr, r0, rows, nw, gg, gg % PPB == PPB - 1, g < NG, RB, K, WPB)
         for g0 in range(0, NG, NP):
             g = g0 + tl.arange(0, NP)
             gmask = g < NG
             gg = tl.where(gmask, g, 0)
             p = gg % PPB
-            planes = ()
-            for ri in tl.static_range(RB):
-                r = tl.minimum(r0 + ri, rows - 1)
-                planes = planes + (_planes(w_ptr + r.to(tl.int64) * nw + K * gg, p == PPB - 1,
-                                           K, WPB, gmask),)
+            planes = nxt
+            if PF:  # the next tile's words load while this one decodes
+                g2 = g + NP
+                g2 = tl.where(g2 < NG, g2, 0)
+                nxt = _row_planes(w_ptr, r0, rows, nw, g2, g2 % PPB == PPB - 1, g + NP < NG,
+                                  RB, K, WPB)
+            else:
+                planes = _row_planes(w_ptr, r0, rows, nw, gg, p == PPB - 1, gmask, RB, K, WPB)
             col0 = (gg // PPB) * T + (T - 1) - 32 * p  # column of weight v = col0 − v
+            # XV: a period's 32 inputs in 8 or 16 wide loads up front; else one
+            # load per weight position (fewer live registers)
+            x0s = ()
+            x1s = ()
+            x2s = ()
+            x3s = ()
+            if XV:
+                x0s = _x_vals(x_ptr, col0, gmask, XB)
+                if M > 1:
+                    x1s = _x_vals(x_ptr + n_in, col0, gmask, XB)
+                if M > 2:
+                    x2s = _x_vals(x_ptr + 2 * n_in, col0, gmask, XB)
+                if M > 3:
+                    x3s = _x_vals(x_ptr + 3 * n_in, col0, gmask, XB)
             for v in tl.static_range(32):
                 c = col0 - v
-                x0 = tl.load(x_ptr + c, mask=gmask, other=0.0).to(tl.float32)
+                if XV:
+                    x0 = x0s[31 - v]
+                else:
+                    x0 = tl.load(x_ptr + c, mask=gmask, other=0.0).to(tl.float32)
                 x1 = x0
                 x2 = x0
                 x3 = x0
                 if M > 1:
-                    x1 = tl.load(x_ptr + n_in + c, mask=gmask, other=0.0).to(tl.float32)
+                    x1 = x1s[31 - v] if XV else tl.load(x_ptr + n_in + c, mask=gmask,
+                                                         other=0.0).to(tl.float32)
                 if M > 2:
-                    x2 = tl.load(x_ptr + 2 * n_in + c, mask=gmask, other=0.0).to(tl.float32)
+                    x2 = x2s[31 - v] if XV else tl.load(x_ptr + 2 * n_in + c, mask=gmask,
+                                                         other=0.0).to(tl.float32)
                 if M > 3:
-                    x3 = tl.load(x_ptr + 3 * n_in + c, mask=gmask, other=0.0).to(tl.float32)
+                    x3 = x3s[31 - v] if XV else tl.load(x_ptr + 3 * n_in + c, mask=gmask,
+                                                         other=0.0).to(tl.float32)
                 for ri in tl.static_range(RB):
                     q = planes[ri]
                     val = _raw_code(_state(v, q[0], q[1], q[2], q[3], q[4], K, L), CODE, ASM)
@@ -182,10 +240,31 @@ if triton is not None:
             tl.store(part + col0 - v, tl.sum(acc[v], axis=0), mask=mask)
 
     @triton.jit
+    def _cols_load(x_ptr, w_ptr, s_ptr, i, rows, nw, gg, last, gmask, factor, M: tl.constexpr,
+                   K: tl.constexpr, WPB: tl.constexpr):
+        """Planes of input rows i and their inputs times the row scales."""
+        imask = i < rows
+        ii = tl.where(imask, i, 0)
+        p0, p1, p2, p3, p4 = _planes(w_ptr + ii.to(tl.int64) * nw + K * gg, last, K, WPB,
+                                     imask & gmask)
+        sc = tl.load(s_ptr + ii, mask=imask, other=0.0).to(tl.float32) * factor
+        xs0 = tl.load(x_ptr + ii, mask=imask, other=0.0).to(tl.float32) * sc
+        xs1 = xs0
+        xs2 = xs0
+        xs3 = xs0
+        if M > 1:
+            xs1 = tl.load(x_ptr + rows + ii, mask=imask, other=0.0).to(tl.float32) * sc
+        if M > 2:
+            xs2 = tl.load(x_ptr + 2 * rows + ii, mask=imask, other=0.0).to(tl.float32) * sc
+        if M > 3:
+            xs3 = tl.load(x_ptr + 3 * rows + ii, mask=imask, other=0.0).to(tl.float32) * sc
+        return p0, p1, p2, p3, p4, xs0, xs1, xs2, xs3
+
+    @triton.jit
     def _cols_kernel(x_ptr, w_ptr, s_ptr, part_ptr, rows, nw, NG, n_out, factor,
                      PER: tl.constexpr, M: tl.constexpr, T: tl.constexpr, K: tl.constexpr,
                      L: tl.constexpr, CODE: tl.constexpr, ASM: tl.constexpr,
-                     BI: tl.constexpr, NP: tl.constexpr):
+                     BI: tl.constexpr, NP: tl.constexpr, PF: tl.constexpr):
         PPB: tl.constexpr = T // 32
         WPB: tl.constexpr = T * K // 32
         pg = tl.program_id(0)
@@ -203,23 +282,18 @@ if triton is not None:
         a1 = a0
         a2 = a0
         a3 = a0
+        i0 = ps * PER + tl.arange(0, BI)[:, None]
+        nxt = _cols_load(x_ptr, w_ptr, s_ptr, i0, rows, nw, gg, p == PPB - 1, gmask, factor,
+                         M, K, WPB)
         for j in range(0, PER, BI):
-            i = ps * PER + j + tl.arange(0, BI)[:, None]
-            imask = i < rows
-            ii = tl.where(imask, i, 0)
-            base = w_ptr + ii.to(tl.int64) * nw + K * gg
-            p0, p1, p2, p3, p4 = _planes(base, p == PPB - 1, K, WPB, imask & gmask)
-            sc = tl.load(s_ptr + ii, mask=imask, other=0.0).to(tl.float32) * factor
-            xs0 = tl.load(x_ptr + ii, mask=imask, other=0.0).to(tl.float32) * sc
-            xs1 = xs0
-            xs2 = xs0
-            xs3 = xs0
-            if M > 1:
-                xs1 = tl.load(x_ptr + rows + ii, mask=imask, other=0.0).to(tl.float32) * sc
-            if M > 2:
-                xs2 = tl.load(x_ptr + 2 * rows + ii, mask=imask, other=0.0).to(tl.float32) * sc
-            if M > 3:
-                xs3 = tl.load(x_ptr + 3 * rows + ii, mask=imask, other=0.0).to(tl.float32) * sc
+            cur = nxt
+            if PF:  # the next rows' words load while these decode
+                nxt = _cols_load(x_ptr, w_ptr, s_ptr, i0 + j + BI, rows, nw, gg, p == PPB - 1,
+                                 gmask, factor, M, K, WPB)
+            else:
+                cur = _cols_load(x_ptr, w_ptr, s_ptr, i0 + j, rows, nw, gg, p == PPB - 1,
+                                 gmask, factor, M, K, WPB)
+            p0, p1, p2, p3, p4, xs0, xs1, xs2, xs3 = cur
             for v in tl.static_range(32):
                 val = _raw_code(_state(v, p0, p1, p2, p3, p4, K, L), CODE, ASM)
                 a0 = _acc(a0, v, val * xs0)
@@ -243,20 +317,21 @@ MAX_M = 4
 LAST: dict = {}  # the last launched compiled kernel (benchmarks read its SASS)
 # block shapes (bench/trellis_matvec.py sweeps them on the H200); NP and
 # num_warps follow the period count unless a cfg overrides them
-ROWS_CFG = {"RB": 8}
+ROWS_CFG = {"RB": 8, "PF": False}
 COLS_CFG = {"BI": 4, "NP": 32, "num_warps": 4}
 TARGET_PROGRAMS = 528  # ≈ 4 per SM of an H100/H200
 
 
-def rows_cfg(ng: int, cfg: dict | None = None) -> dict:
-    """One period per thread and tile; the tile as wide as divides ng."""
+def rows_cfg(ng: int, m: int = 1, cfg: dict | None = None) -> dict:
+    """One period per thread and tile; the tile as wide as divides ng; wide x
+    loads and prefetch only where the registers allow (M = 1)."""
     np_ = 64 if ng % 64 == 0 else 32
-    return {**ROWS_CFG, "NP": np_, "num_warps": np_ // 32, **(cfg or {})}
+    return {**ROWS_CFG, "NP": np_, "num_warps": np_ // 32, "XV": m == 1, **(cfg or {})}
 
 
-def cols_cfg(rows: int, ng: int, cfg: dict | None = None) -> dict:
+def cols_cfg(rows: int, ng: int, m: int = 1, cfg: dict | None = None) -> dict:
     """Enough input-row splits that the grid fills the GPU."""
-    c = {**COLS_CFG, **(cfg or {})}
+    c = {**COLS_CFG, "PF": m == 1, **(cfg or {})}
     if "splits" not in c:
         col_programs = -(-ng // c["NP"])
         c["splits"] = max(1, min(-(-rows // c["BI"]), -(-TARGET_PROGRAMS // col_programs)))
@@ -283,18 +358,22 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     ng = (nw // k)  # periods per stored row
     cid, factor = CODE_IDS[code], CODE_FACTOR[code]
     if axis == 1:
-        c = rows_cfg(ng, cfg)
+        c = rows_cfg(ng, M, cfg)
+        if x.dtype not in (torch.bfloat16, torch.float32):
+            x = x.float()
         out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
         LAST["kernel"] = _rows_kernel[(triton.cdiv(rows, c["RB"]),)](
             x, words, scales, out, rows, nw, in_features, ng, factor, M=M, T=T, K=k, L=L,
-            CODE=cid, ASM=_asm(), RB=c["RB"], NP=c["NP"], num_warps=c["num_warps"])
+            CODE=cid, ASM=_asm(), RB=c["RB"], NP=c["NP"], PF=c["PF"], XV=c["XV"],
+            XB=x.element_size(), num_warps=c["num_warps"])
         return out
-    c = cols_cfg(rows, ng, cfg)
+    c = cols_cfg(rows, ng, M, cfg)
     splits = max(1, min(c["splits"], triton.cdiv(rows, c["BI"])))
     per = triton.cdiv(triton.cdiv(rows, splits), c["BI"]) * c["BI"]
     splits = triton.cdiv(rows, per)
     part = torch.empty(splits, M, out_features, device=x.device, dtype=torch.float32)
     LAST["kernel"] = _cols_kernel[(triton.cdiv(ng, c["NP"]), splits)](
         x, words, scales, part, rows, nw, ng, out_features, factor, PER=per, M=M, T=T, K=k,
-        L=L, CODE=cid, ASM=_asm(), BI=c["BI"], NP=c["NP"], num_warps=c["num_warps"])
+        L=L, CODE=cid, ASM=_asm(), BI=c["BI"], NP=c["NP"], PF=c["PF"],
+        num_warps=c["num_warps"])
     return part[0] if splits == 1 else part.sum(0)
