@@ -323,10 +323,13 @@ TARGET_PROGRAMS = 528  # ≈ 4 per SM of an H100/H200
 
 
 def rows_cfg(ng: int, m: int = 1, cfg: dict | None = None) -> dict:
-    """One period per thread and tile; the tile as wide as divides ng; wide x
-    loads and prefetch only where the registers allow (M = 1)."""
+    """M = 1: 4 rows per one-warp program, wide x loads and prefetch (the H200
+    sweep's best on both shapes); M > 1: 8 rows, per-weight x loads, no
+    prefetch (registers)."""
+    if m == 1:
+        return {"RB": 4, "NP": 32, "num_warps": 1, "XV": True, "PF": True, **(cfg or {})}
     np_ = 64 if ng % 64 == 0 else 32
-    return {**ROWS_CFG, "NP": np_, "num_warps": np_ // 32, "XV": m == 1, **(cfg or {})}
+    return {**ROWS_CFG, "NP": np_, "num_warps": np_ // 32, "XV": False, **(cfg or {})}
 
 
 def cols_cfg(rows: int, ng: int, m: int = 1, cfg: dict | None = None) -> dict:
