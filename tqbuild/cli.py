@@ -70,7 +70,9 @@ def build(
     nproc: Annotated[int, typer.Option(
         "--nproc", min=1, help="Spread the build over N processes launched with torchrun "
         "(one GPU each with --device cuda, gloo CPU processes otherwise); the artifact "
-        "is byte-identical to a one-process build. Several hosts: run "
+        "is byte-identical to a one-process build (on CPU: at the same --threads, since "
+        "CPU matmuls round by thread count; CPU ranks default to cores/N). Several "
+        "hosts: run "
         "`torchrun --nnodes ... -m tqbuild RECIPE` on each.")] = 1,
 ) -> None:
     """Build the artifact a recipe describes.

@@ -21,7 +21,8 @@ def worker_args(argv: list[str]) -> list[str]:
 def torchrun(nproc: int, argv: list[str]) -> int:
     import os
 
-    # the host's cores split between the ranks (torchrun would pin each to 1 and warn)
+    # the host's cores split between the ranks (torchrun would pin each to 1 and
+    # warn); an explicit --threads wins in each worker
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
