@@ -318,8 +318,8 @@ LAST: dict = {}  # the last launched compiled kernel (benchmarks read its SASS)
 # block shapes (bench/trellis_matvec.py sweeps them on the H200); NP and
 # num_warps follow the period count unless a cfg overrides them
 ROWS_CFG = {"RB": 8, "PF": False}
-COLS_CFG = {"BI": 8, "NP": 32, "num_warps": 8}
-TARGET_PROGRAMS = 320  # cols programs: ≈ 2.4 per SM of an H200 (its sweep's best)
+COLS_CFG = {"BI": 4, "NP": 32, "num_warps": 4}
+TARGET_PROGRAMS = 528  # cols programs: ≈ 4 per SM of an H200
 
 
 def rows_cfg(ng: int, m: int = 1, cfg: dict | None = None) -> dict:
