@@ -36,7 +36,9 @@ def setup(tmp: Path, tag: str, src: Path, mode: str = "original",
 def cli(path: Path, *args, env=None) -> subprocess.CompletedProcess:
     e = dict(os.environ, **(env or {}))
     e.pop("WORLD_SIZE", None)
-    return subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml", "--no-lock", *args],
+    # one thread per process in every build: CPU matmuls round by thread count
+    return subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml", "--no-lock",
+                           "--threads", "1", *args],
                           env=e, capture_output=True, text=True, timeout=900,
                           cwd=path.parent)
 
@@ -99,6 +101,7 @@ def test_hessian_reduction_is_rank_count_independent(tmp_path):
     acc, cnt = {}, {}
     for s in range(len(parts)):
         Dist().ordered_add(acc, cnt, parts[s], {k: 10 for k in parts[s]})
+    Dist().finish(acc)
     got = torch.load(out)
     assert set(got["h"]) == set(acc)
     for k in acc:
@@ -136,6 +139,7 @@ for j in range(d.rounds(len(parts))):
     s = j * d.world + d.rank
     mine = parts[s] if s < len(parts) else {{}}
     d.ordered_add(acc, cnt, mine, {{k: 10 for k in mine}})
+d.finish(acc)
 if d.lead:
     torch.save({{"h": acc, "count": cnt}}, sys.argv[1])
 d.close()

@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 internal error, 2 bad input, 3 verification failed,
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +14,10 @@ from typing import Annotated
 import typer
 
 from .errors import TQError
+
+# MKL may otherwise use fewer threads than asked when the machine is busy, and
+# CPU matmuls round by thread count: a build must not depend on the load
+os.environ.setdefault("MKL_DYNAMIC", "FALSE")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Offline quantization build tool: `tq-build RECIPE.yaml` builds it.")

@@ -1,10 +1,11 @@
 """Builds spread over processes with torch.distributed, launched by torchrun.
 
 Rank r calibrates samples r, r+R, r+2R, ... (one sample per rank per round).
-After each round every rank broadcasts its per-sample float64 Hessian
-partials in rank order and every rank adds them in that order, which is sample
-order: exactly the additions of a one-process build, so the Hessians (and
-every rounding decision after them) do not depend on the rank count. The
+Each rank owns 1/R of every Hessian's elements; after each round every rank
+sends each owner its slice of its per-sample float64 partials and owners add
+them in rank order, which is sample order: exactly the additions of a
+one-process build, so the Hessians (and every rounding decision after them)
+do not depend on the rank count. The slices are assembled once per layer. The
 tensors of a layer are spread over the ranks by estimated cost and the results
 gathered to every rank. Rank 0 alone reads and writes the work dir and the
 artifact (the others get what they need from it), so a resume may use any
@@ -104,7 +105,11 @@ class Dist:
     def ordered_add(self, acc: dict[str, torch.Tensor], count: dict[str, int],
                     parts: dict[str, list[torch.Tensor]], ntok: dict[str, int]) -> None:
         """One round: add every rank's per-sample partials to `acc`, rank by rank
-        (= sample order), each partial in the order it was made."""
+        (= sample order), each partial in the order it was made. Each rank owns a
+        contiguous 1/R of every Hessian's elements: producers send each owner its
+        slice, owners add them in order (elementwise, so the same additions as one
+        process) — R times less traffic and adding than broadcasting partials.
+        `finish` assembles the slices once the last round is added."""
         if self.world == 1:
             _accumulate(acc, count, parts, ntok)
             return
@@ -112,22 +117,57 @@ class Dist:
 
         meta = {k: ([tuple(p.shape) for p in ps], ntok.get(k, 0)) for k, ps in parts.items()}
         metas = self.all_objects(meta)
-        for r, m in enumerate(metas):
-            total = sum(_numel(s) for shapes, _ in m.values() for s in shapes)
-            if total == 0:
-                continue
-            if r == self.rank:
-                buf = torch.cat([p.reshape(-1) for ps in parts.values() for p in ps])
+        me = self.rank
+        # one all-to-all: to each owner q the q-th slice of every partial of mine
+        send = [p.reshape(-1)[slice(*self._bounds(p.numel(), q))]
+                for q in range(self.world) for ps in parts.values() for p in ps]
+        send = (torch.cat(send) if send else torch.zeros(0, dtype=torch.float64)).to(self.device)
+        out_splits = [self._slice_total(m, me) for m in metas]
+        recv = torch.empty(sum(out_splits), dtype=torch.float64, device=self.device)
+        dist.all_to_all_single(recv, send, out_splits,
+                               [self._slice_total(metas[me], q) for q in range(self.world)])
+        o = 0
+        for m in metas:  # rank order = sample order
+            for k, (shapes, n) in m.items():
+                for shape in shapes:
+                    if k not in acc:
+                        acc[k] = torch.zeros(shape, dtype=torch.float64, device=self.device)
+                        count[k] = 0
+                    lo, hi = self._bounds(_numel(shape), me)
+                    acc[k].view(-1)[lo:hi] += recv[o:o + hi - lo]
+                    o += hi - lo
+                count[k] = count.get(k, 0) + n
+
+    def finish(self, acc: dict[str, torch.Tensor]) -> None:
+        """After the last round: every rank's slices of every Hessian to every
+        rank (a no-op for one process)."""
+        if self.world == 1 or not acc:
+            return
+        import torch.distributed as dist
+
+        keys = sorted(acc)
+        for q in range(self.world):
+            spans = [self._bounds(acc[k].numel(), q) for k in keys]
+            if self.rank == q:
+                buf = torch.cat([acc[k].view(-1)[lo:hi]
+                                 for k, (lo, hi) in zip(keys, spans, strict=True)])
             else:
-                buf = torch.empty(total, dtype=torch.float64, device=self.device)
-            dist.broadcast(buf, src=r)
-            got, o = {}, 0
-            for k, (shapes, _) in m.items():
-                got[k] = []
-                for s in shapes:
-                    got[k].append(buf[o:o + _numel(s)].view(s))
-                    o += _numel(s)
-            _accumulate(acc, count, got, {k: n for k, (_, n) in m.items()})
+                buf = torch.empty(sum(hi - lo for lo, hi in spans), dtype=torch.float64,
+                                  device=self.device)
+            dist.broadcast(buf, src=q)
+            if self.rank != q:
+                o = 0
+                for k, (lo, hi) in zip(keys, spans, strict=True):
+                    acc[k].view(-1)[lo:hi] = buf[o:o + hi - lo]
+                    o += hi - lo
+
+    def _bounds(self, n: int, q: int) -> tuple[int, int]:
+        """Rank q's contiguous share of n elements."""
+        return n * q // self.world, n * (q + 1) // self.world
+
+    def _slice_total(self, meta: dict, q: int) -> int:
+        return sum(hi - lo for shapes, _ in meta.values() for s in shapes
+                   for lo, hi in [self._bounds(_numel(s), q)])
 
     # ---- work ---------------------------------------------------------------------
     def assign(self, costs: list[tuple[str, float]]) -> dict[str, int]:

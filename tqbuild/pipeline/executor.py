@@ -359,6 +359,7 @@ class Builder:
                 xn = (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * gain).double()
                 parts["h"] = [xn.T @ xn]
             self.dist.ordered_add(acc, {}, parts, {})
+        self.dist.finish(acc)
         return {f"{self.fam.lm_head}.weight": acc["h"]}
 
     def _hessians_for(self, module: str, t: torch.Tensor, hessians: dict

@@ -63,6 +63,7 @@ class HessianCapture:
 
     def close(self) -> None:
         self._flush()
+        self.reducer.finish(self.h)
         for h in self._handles:
             h.remove()
 
