@@ -62,6 +62,17 @@ def digests(out: Path) -> dict[str, str]:
     return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(out.iterdir())}
 
 
+def phases(log: Path) -> dict[str, float]:
+    """Seconds before the first unit (source load + calibration sampling, on
+    rank 0 alone) and per unit, from the build's --log-json events."""
+    ev = [json.loads(line) for line in log.read_text().splitlines()]
+    start = next(e["time"] for e in ev if e["event"] == "build_start")
+    first = next(e["time"] for e in ev if e["event"] == "unit_start")
+    out = {"before_units": round(first - start, 2)}
+    out.update({e["unit"]: e["seconds"] for e in ev if e["event"] == "unit_end"})
+    return out
+
+
 def build(tmp: Path, src: Path, n: int, args) -> float:
     """Each build in its own dir under the same relative names: the recipe text,
     and so the artifact's metadata, is the same for every rank count."""
@@ -70,7 +81,8 @@ def build(tmp: Path, src: Path, n: int, args) -> float:
     r.write_text(RECIPE.format(src=src, samples=args.samples, seq=args.seq))
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "tqbuild", r.name, "--nproc", str(n), "--device",
-                        args.device, "--threads", str(args.threads), "--no-lock"],
+                        args.device, "--threads", str(args.threads), "--no-lock",
+                        "--log-json", "log.jsonl"],
                        cwd=r.parent, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if p.returncode:
@@ -98,6 +110,7 @@ def main() -> None:
         t1 = build(tmp, src, 1, args)
         tn = build(tmp, src, args.nproc, args)
         d1, dn = digests(tmp / "n1" / "out"), digests(tmp / f"n{args.nproc}" / "out")
+        p1, pn = phases(tmp / "n1" / "log.jsonl"), phases(tmp / f"n{args.nproc}" / "log.jsonl")
         differ = sorted(f for f in d1.keys() | dn.keys() if d1.get(f) != dn.get(f))
     res = {"host": host(), "device": args.device, "what": "tq-build of a synthetic llama "
            f"(hidden {args.hidden}, intermediate {args.inter}, {args.layers} layers), "
@@ -105,7 +118,11 @@ def main() -> None:
            "nproc": args.nproc, "threads_per_rank": args.threads, "wall_s_1": round(t1, 2),
            f"wall_s_{args.nproc}": round(tn, 2),
            "speedup": round(t1 / tn, 3), "scaling_efficiency": round(t1 / (args.nproc * tn), 3),
-           "byte_identical": not differ, "files_differing": differ}
+           "byte_identical": not differ, "files_differing": differ,
+           "phases_s_1": p1, f"phases_s_{args.nproc}": pn,
+           "layer_units_speedup": round(sum(v for k, v in p1.items() if k.startswith("layer"))
+                                        / sum(v for k, v in pn.items() if k.startswith("layer")),
+                                        3)}
     print(json.dumps(res, indent=2))
     out = Path(__file__).parent / "results" / f"distributed_scaling-{args.device}.json"
     out.write_text(json.dumps(res, indent=2) + "\n")
