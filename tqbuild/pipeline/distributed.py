@@ -25,6 +25,8 @@ from ..errors import BadInput
 class Dist:
     def __init__(self, rank: int = 0, world: int = 1, device: str = "cpu"):
         self.rank, self.world, self.device = rank, world, device
+        self._owners: dict[tuple[str, int], int] = {}  # Hessian row block -> rank
+        self._load = [0] * world
 
     @classmethod
     def from_env(cls, device: str) -> Dist:
@@ -103,71 +105,59 @@ class Dist:
 
     # ---- Hessians ----------------------------------------------------------------
     def ordered_add(self, acc: dict[str, torch.Tensor], count: dict[str, int],
-                    parts: dict[str, list[torch.Tensor]], ntok: dict[str, int]) -> None:
-        """One round: add every rank's per-sample partials to `acc`, rank by rank
-        (= sample order), each partial in the order it was made. Each rank owns a
-        contiguous 1/R of every Hessian's elements: producers send each owner its
-        slice, owners add them in order (elementwise, so the same additions as one
-        process) — R times less traffic and adding than broadcasting partials.
-        `finish` assembles the slices once the last round is added."""
+                    factors: dict[str, list[torch.Tensor]], ntok: dict[str, int]) -> None:
+        """One round: add every rank's per-sample partials XᵀX to `acc`, rank by
+        rank (= sample order), each in the order it was made. Ranks exchange the
+        factors X ([tokens, d], small) rather than the d×d partials; each row
+        block of a Hessian has one owner rank, which adds that block of every
+        partial — computed the same way a one-process build computes it — so the
+        sums are bit-identical for any rank count. `finish` assembles the
+        blocks after the last round."""
         if self.world == 1:
-            _accumulate(acc, count, parts, ntok)
+            _accumulate(acc, count, factors, ntok)
             return
-        import torch.distributed as dist
-
-        meta = {k: ([tuple(p.shape) for p in ps], ntok.get(k, 0)) for k, ps in parts.items()}
-        metas = self.all_objects(meta)
-        me = self.rank
-        # one all-to-all: to each owner q the q-th slice of every partial of mine
-        send = [p.reshape(-1)[slice(*self._bounds(p.numel(), q))]
-                for q in range(self.world) for ps in parts.values() for p in ps]
-        send = (torch.cat(send) if send else torch.zeros(0, dtype=torch.float64)).to(self.device)
-        out_splits = [self._slice_total(m, me) for m in metas]
-        recv = torch.empty(sum(out_splits), dtype=torch.float64, device=self.device)
-        dist.all_to_all_single(recv, send, out_splits,
-                               [self._slice_total(metas[me], q) for q in range(self.world)])
-        o = 0
-        for m in metas:  # rank order = sample order
-            for k, (shapes, n) in m.items():
-                for shape in shapes:
-                    if k not in acc:
-                        acc[k] = torch.zeros(shape, dtype=torch.float64, device=self.device)
-                        count[k] = 0
-                    lo, hi = self._bounds(_numel(shape), me)
-                    acc[k].view(-1)[lo:hi] += recv[o:o + hi - lo]
-                    o += hi - lo
-                count[k] = count.get(k, 0) + n
+        rounds = self.all_objects({k: ([f.cpu() for f in fs], ntok.get(k, 0))
+                                   for k, fs in factors.items()})
+        for m in rounds:  # rank order = sample order
+            _accumulate(acc, count, {k: [f.to(self.device) for f in fs]
+                                     for k, (fs, _) in m.items()},
+                        {k: n for k, (_, n) in m.items()}, mine=self._mine)
 
     def finish(self, acc: dict[str, torch.Tensor]) -> None:
-        """After the last round: every rank's slices of every Hessian to every
-        rank (a no-op for one process)."""
+        """After the last round: every owner's row blocks to every rank (a no-op
+        for one process)."""
         if self.world == 1 or not acc:
             return
         import torch.distributed as dist
 
-        keys = sorted(acc)
         for q in range(self.world):
-            spans = [self._bounds(acc[k].numel(), q) for k in keys]
+            spans = [(k, lo, hi) for k in sorted(acc)
+                     for lo, hi in _blocks(acc[k].shape[0]) if self._owners[(k, lo)] == q]
+            n = sum((hi - lo) * acc[k].shape[1] for k, lo, hi in spans)
+            if n == 0:
+                continue
             if self.rank == q:
-                buf = torch.cat([acc[k].view(-1)[lo:hi]
-                                 for k, (lo, hi) in zip(keys, spans, strict=True)])
+                buf = torch.cat([acc[k][lo:hi].reshape(-1) for k, lo, hi in spans])
             else:
-                buf = torch.empty(sum(hi - lo for lo, hi in spans), dtype=torch.float64,
-                                  device=self.device)
+                buf = torch.empty(n, dtype=torch.float64, device=self.device)
             dist.broadcast(buf, src=q)
             if self.rank != q:
                 o = 0
-                for k, (lo, hi) in zip(keys, spans, strict=True):
-                    acc[k].view(-1)[lo:hi] = buf[o:o + hi - lo]
-                    o += hi - lo
+                for k, lo, hi in spans:
+                    size = (hi - lo) * acc[k].shape[1]
+                    acc[k][lo:hi] = buf[o:o + size].view(hi - lo, -1)
+                    o += size
+        self._owners, self._load = {}, [0] * self.world
 
-    def _bounds(self, n: int, q: int) -> tuple[int, int]:
-        """Rank q's contiguous share of n elements."""
-        return n * q // self.world, n * (q + 1) // self.world
-
-    def _slice_total(self, meta: dict, q: int) -> int:
-        return sum(hi - lo for shapes, _ in meta.values() for s in shapes
-                   for lo, hi in [self._bounds(_numel(s), q)])
+    def _mine(self, key: str, lo: int, hi: int, d: int) -> bool:
+        """Whether this rank adds row block [lo, hi) of `key`'s Hessian. Blocks get
+        owners as they first appear, each to the least-loaded rank (ties: the
+        lowest): every rank sees the same blocks in the same order, so all agree."""
+        if (key, lo) not in self._owners:
+            r = min(range(self.world), key=lambda i: (self._load[i], i))
+            self._owners[(key, lo)] = r
+            self._load[r] += (hi - lo) * d
+        return self._owners[(key, lo)] == self.rank
 
     # ---- work ---------------------------------------------------------------------
     def assign(self, costs: list[tuple[str, float]]) -> dict[str, int]:
@@ -198,18 +188,24 @@ def _from_bytes(b: bytes):
     return torch.load(io.BytesIO(b), weights_only=False, map_location="cpu")
 
 
-def _numel(shape: tuple) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+BLOCK_ROWS = 2048  # Hessian rows per block: one block (the plain XᵀX) up to this width
 
 
-def _accumulate(acc, count, parts, ntok) -> None:
-    for k, ps in parts.items():
-        for p in ps:
+def _blocks(d: int) -> list[tuple[int, int]]:
+    return [(lo, min(d, lo + BLOCK_ROWS)) for lo in range(0, d, BLOCK_ROWS)]
+
+
+def _accumulate(acc, count, factors, ntok, mine=None) -> None:
+    """acc[k] += XᵀX for every factor X of every key, in order, row block by row
+    block (only the blocks `mine` accepts, when given)."""
+    for k, fs in factors.items():
+        for f in fs:
+            d = f.shape[1]
             if k not in acc:
-                acc[k] = torch.zeros(p.shape, dtype=torch.float64, device=p.device)
+                acc[k] = torch.zeros((d, d), dtype=torch.float64, device=f.device)
                 count[k] = 0
-            acc[k] += p.to(acc[k].device)
+            f = f.to(acc[k].device)
+            for lo, hi in _blocks(d):
+                if mine is None or mine(k, lo, hi, d):
+                    acc[k][lo:hi] += f[:, lo:hi].T @ f
         count[k] = count.get(k, 0) + ntok.get(k, 0)

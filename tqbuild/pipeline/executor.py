@@ -357,7 +357,7 @@ class Builder:
             if j < x.shape[0]:
                 xs = x[j]
                 xn = (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * gain).double()
-                parts["h"] = [xn.T @ xn]
+                parts["h"] = [xn]  # the factor: the reducer adds xnᵀxn
             self.dist.ordered_add(acc, {}, parts, {})
         self.dist.finish(acc)
         return {f"{self.fam.lm_head}.weight": acc["h"]}

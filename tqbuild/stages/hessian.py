@@ -2,10 +2,10 @@
 
 Each calibration sample contributes a float64 partial xₛᵀxₛ, and partials are
 summed in sample order, so neither batch size nor device count changes a bit
-(DESIGN §8): the partials of one sample are collected, then `end_sample` hands
-them to the reducer, which adds them (in a distributed build, every rank's,
-rank by rank: pipeline/distributed.py). Linears that read the same tensor
-(q/k/v, gate/up) share one H.
+(DESIGN §8): a sample's factors xₛ are collected, then `end_sample` hands them
+to the reducer, which adds xₛᵀxₛ (in a distributed build, every rank's, rank
+by rank, each row block on its owner rank: pipeline/distributed.py). Linears
+that read the same tensor (q/k/v, gate/up) share one H.
 Fused MoE experts get one H per expert from the tokens routed to it (the
 down-projection's from the expert's own intermediate activations); routers
 (a bare 2-D weight read by `F.linear`) get theirs from their input.
@@ -28,7 +28,7 @@ class HessianCapture:
         self.h: dict[str, torch.Tensor] = {}  # key -> H (float64)
         self.alias: dict[str, str] = {}  # module name -> key of its H
         self.count: dict[str, int] = {}
-        self._parts: dict[str, list[torch.Tensor]] = {}  # this sample's partials
+        self._parts: dict[str, list[torch.Tensor]] = {}  # this sample's factors X
         self._ntok: dict[str, int] = {}
         self._handles = []
         # inputs seen in this batch, held so their memory cannot be reused and
@@ -72,15 +72,16 @@ class HessianCapture:
         x = x.detach().to(torch.float64)
         d = x.shape[-1]
         parts = self._parts.setdefault(key, [])
+        # a sample's factor X: the reducer adds XᵀX (distributed: ranks trade the
+        # small factors, not d×d partials)
         if samples is None:
             rows = x.reshape(-1, self.seq_len, d)
-            for xs in rows:
-                parts.append(xs.T @ xs)
+            parts.extend(xs.contiguous() for xs in rows)
             self._ntok[key] = self._ntok.get(key, 0) + rows.shape[0] * self.seq_len
         else:
             for s in torch.unique(samples).tolist():  # ascending sample order
                 xs = x[samples == s]
-                parts.append(xs.T @ xs)
+                parts.append(xs)
                 self._ntok[key] = self._ntok.get(key, 0) + xs.shape[0]
 
     def _linear_hook(self, name: str):
