@@ -1,12 +1,12 @@
 """Builds spread over processes with torch.distributed, launched by torchrun.
 
 Rank r calibrates samples r, r+R, r+2R, ... (one sample per rank per round).
-Each rank owns 1/R of every Hessian's elements; after each round every rank
-sends each owner its slice of its per-sample float64 partials and owners add
-them in rank order, which is sample order: exactly the additions of a
-one-process build, so the Hessians (and every rounding decision after them)
-do not depend on the rank count. The slices are assembled once per layer. The
-tensors of a layer are spread over the ranks by estimated cost and the results
+After each round the ranks all-gather their samples' factors X (tokens × d,
+small); every row block of a Hessian has one owner rank, which adds that block
+of each float64 XᵀX in rank order — which is sample order — computed exactly as
+a one-process build computes it, so the Hessians (and every rounding decision
+after them) do not depend on the rank count. The blocks are assembled once per
+layer. The tensors of a layer are spread over the ranks by estimated cost and the results
 gathered to every rank. Rank 0 alone reads and writes the work dir and the
 artifact (the others get what they need from it), so a resume may use any
 rank count. With R = 1 every method is the plain local operation.

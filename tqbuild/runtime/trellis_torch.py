@@ -176,13 +176,13 @@ class TrellisLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1])
-        if x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M and \
-                trellis_triton.fast_ok(self.T, self.k, self.L):
+        small = x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M
+        if small and trellis_triton.fast_ok(self.T, self.k, self.L):
             y = trellis_triton.matvec(x2, self.words, self.scales, code=self.code, k=self.k,
                                       T=self.T, L=self.L, axis=self.axis,
                                       out_features=self.out_features,
                                       in_features=self.in_features).to(x.dtype)
-        elif x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M:
+        elif small:
             y = matvec_triton(x2, self.words, self.scales, self.table, k=self.k, T=self.T,
                               L=self.L, axis=self.axis, out_features=self.out_features,
                               in_features=self.in_features).to(x.dtype)

@@ -6,17 +6,21 @@ bit k·j: period p = j // 32 holds words k·p .. k·p+k−1 and weight v = j % 3
 it starts at bit k·v of that run. So one program loads, per period, the k
 words and the next one (wrapping at the block's end) as k+1 coalesced tiles —
 "planes" — and decodes its 32 weights with compile-time shifts: no per-weight
-index math, no per-weight memory access. The code value is computed from the
-state in registers (1MAD: multiply-add and a byte sum; 3INST: multiply-add,
-mask, two fp16 halves added) instead of gathered from a table; its constant
-factor (1/147.8 or 1/RMS) is applied once per output, with the row scale.
+index math, no per-weight table access. The code value is computed from the
+state in registers (1MAD: multiply-add and a dp4a byte sum; 3INST:
+multiply-add, one lop3, two fp16 halves added — inline PTX on CUDA) instead of
+gathered from a table; its constant factor (1/147.8 or 1/RMS) is applied once
+per output, with the row scale.
 
-`rows` (axis 1, coded along the input dim): a program owns BR output rows
-and walks the input periods. `cols` (axis 0, coded along the output dim,
-stored transposed): a program owns NP output periods and a split of the input
-rows, adds its 32·NP partial sums into its own slice of a buffer, and the
-splits are summed afterwards in a fixed order (deterministic, no atomics).
-Every input row (M ≤ 4) reuses each decoded weight.
+`rows` (axis 1, coded along the input dim): a program owns RB output rows,
+unrolled, and walks the input periods, so each input it loads serves RB
+weights (XV: a period's 32 inputs in 8 or 16 wide loads; PF: the next tile's
+words prefetched). `cols` (axis 0, coded along the output dim, stored
+transposed): a program owns NP output periods and a split of the input rows,
+keeps one accumulator per weight of a period, reduces them once and writes its
+slice of a buffer; the splits are summed afterwards in a fixed order
+(deterministic, no atomics). Every input row (M ≤ 4) reuses each decoded
+weight.
 """
 
 from __future__ import annotations
@@ -315,21 +319,21 @@ if triton is not None:
 
 MAX_M = 4
 LAST: dict = {}  # the last launched compiled kernel (benchmarks read its SASS)
-# block shapes (bench/trellis_matvec.py sweeps them on the H200); NP and
-# num_warps follow the period count unless a cfg overrides them
-ROWS_CFG = {"RB": 8, "PF": False}
+# block shapes (bench/trellis_matvec.py sweeps them on the H200). M = 1: 4 rows
+# per one-warp program, wide x loads, prefetch (the sweep's best on both
+# shapes); M > 1: 8 rows, per-weight x loads, no prefetch (registers), the
+# tile as wide as divides the period count
+ROWS_CFG_M1 = {"RB": 4, "NP": 32, "num_warps": 1, "XV": True, "PF": True}
+ROWS_CFG = {"RB": 8, "XV": False, "PF": False}
 COLS_CFG = {"BI": 4, "NP": 32, "num_warps": 4}
 TARGET_PROGRAMS = 528  # cols programs: ≈ 4 per SM of an H200
 
 
 def rows_cfg(ng: int, m: int = 1, cfg: dict | None = None) -> dict:
-    """M = 1: 4 rows per one-warp program, wide x loads and prefetch (the H200
-    sweep's best on both shapes); M > 1: 8 rows, per-weight x loads, no
-    prefetch (registers)."""
     if m == 1:
-        return {"RB": 4, "NP": 32, "num_warps": 1, "XV": True, "PF": True, **(cfg or {})}
+        return {**ROWS_CFG_M1, **(cfg or {})}
     np_ = 64 if ng % 64 == 0 else 32
-    return {**ROWS_CFG, "NP": np_, "num_warps": np_ // 32, "XV": False, **(cfg or {})}
+    return {**ROWS_CFG, "NP": np_, "num_warps": np_ // 32, **(cfg or {})}
 
 
 def cols_cfg(rows: int, ng: int, m: int = 1, cfg: dict | None = None) -> dict:
@@ -339,6 +343,7 @@ def cols_cfg(rows: int, ng: int, m: int = 1, cfg: dict | None = None) -> dict:
         col_programs = -(-ng // c["NP"])
         c["splits"] = max(1, min(-(-rows // c["BI"]), -(-TARGET_PROGRAMS // col_programs)))
     return c
+
 
 def _asm() -> bool:
     """Inline PTX unless Triton's interpreter runs the kernels."""
