@@ -61,6 +61,10 @@ class Dist:
             import torch.distributed as dist
 
             if dist.is_initialized():
+                # every rank past its last collective (rank 0 may still be
+                # writing) before any tears down its end: a gloo rank that
+                # destroys its group while a peer is busy can abort at exit
+                dist.barrier()
                 dist.destroy_process_group()
 
     # ---- samples ------------------------------------------------------------
