@@ -86,7 +86,8 @@ def test_resume_with_another_rank_count(srcs, tmp_path, first, then, kill_at):
 
 def test_hessian_reduction_is_rank_count_independent(tmp_path, monkeypatch):
     """Two gloo ranks adding per-sample partials round by round give the same
-    bits as one process adding them in sample order."""
+    bits as one process adding them in sample order; closing the group stops
+    gloo's threads."""
     script = tmp_path / "reduce.py"
     script.write_text(REDUCE)
     out = tmp_path / "h2.pt"
@@ -129,6 +130,7 @@ def _partials() -> list[dict[str, list[torch.Tensor]]]:
 
 
 REDUCE = f'''
+import os
 import sys
 import torch
 sys.path.insert(0, {str(Path(__file__).parent)!r})
@@ -138,6 +140,7 @@ from tqbuild.pipeline.distributed import Dist
 
 distributed.BLOCK_ROWS = 4  # 6-wide Hessians in two row blocks, owned by different ranks
 d = Dist.from_env("cpu")
+import torch.distributed._shard  # what transformers imports mid-build
 parts = _partials()
 acc, cnt = {{}}, {{}}
 for j in range(d.rounds(len(parts))):
@@ -148,6 +151,12 @@ d.finish(acc)
 if d.lead:
     torch.save({{"h": acc, "count": cnt}}, sys.argv[1])
 d.close()
+# no gloo thread may outlive close(): one still running while Python finalizes
+# can abort the process after a successful build
+tasks = "/proc/self/task"
+left = [n for n in (open(f"{{tasks}}/{{t}}/comm").read().strip() for t in os.listdir(tasks))
+        if "gloo" in n] if os.path.isdir(tasks) else []
+assert not left, left
 '''
 
 

@@ -14,6 +14,7 @@ rank count. With R = 1 every method is the plain local operation.
 
 from __future__ import annotations
 
+import importlib
 import os
 from datetime import timedelta
 
@@ -48,6 +49,13 @@ class Dist:
         # NCCL needs one GPU per rank; TQBUILD_DIST_BACKEND=gloo runs several ranks
         # on one GPU (gloo moves CUDA tensors through the host)
         backend = os.environ.get("TQBUILD_DIST_BACKEND") or ("nccl" if cuda else "gloo")
+        # imported after the group exists (transformers and accelerate import it),
+        # torch.distributed._shard keeps references to the default group, so
+        # destroy_process_group leaves gloo's threads running, and one that frees
+        # a finished collective while Python finalizes aborts the process
+        # ("terminate called without an active exception"): import it first
+        importlib.import_module("torch.distributed._shard")
+
         if not dist.is_initialized():
             dist.init_process_group(backend, timeout=timedelta(hours=6))
         return cls(dist.get_rank(), dist.get_world_size(), device)
@@ -61,10 +69,7 @@ class Dist:
             import torch.distributed as dist
 
             if dist.is_initialized():
-                # every rank past its last collective (rank 0 may still be
-                # writing) before any tears down its end: a gloo rank that
-                # destroys its group while a peer is busy can abort at exit
-                dist.barrier()
+                dist.barrier()  # every rank past its last collective first
                 dist.destroy_process_group()
 
     # ---- samples ------------------------------------------------------------
@@ -120,12 +125,41 @@ class Dist:
         if self.world == 1:
             _accumulate(acc, count, factors, ntok)
             return
-        rounds = self.all_objects({k: ([f.cpu() for f in fs], ntok.get(k, 0))
-                                   for k, fs in factors.items()})
-        for m in rounds:  # rank order = sample order
-            _accumulate(acc, count, {k: [f.to(self.device) for f in fs]
-                                     for k, (fs, _) in m.items()},
+        for m in self._gather_factors(factors, ntok):  # rank order = sample order
+            _accumulate(acc, count, {k: fs for k, (fs, _) in m.items()},
                         {k: n for k, (_, n) in m.items()}, mine=self._mine)
+
+    def _gather_factors(self, factors: dict[str, list[torch.Tensor]],
+                        ntok: dict[str, int]) -> list[dict]:
+        """Every rank's {key: ([factors], tokens)}, in rank order. The shapes go as
+        small objects; the float64 values as one flat tensor per rank (padded to
+        the longest), gathered on the build's device, so an NCCL build keeps them
+        on the GPU."""
+        import torch.distributed as dist
+
+        shapes = {k: [tuple(f.shape) for f in fs] for k, fs in factors.items()}
+        flat = [f.reshape(-1).to(self.device, torch.float64) for fs in factors.values()
+                for f in fs]
+        mine = torch.cat(flat) if flat else torch.zeros(0, dtype=torch.float64,
+                                                        device=self.device)
+        meta = self.all_objects((shapes, dict(ntok), mine.numel()))
+        size = max(n for _, _, n in meta)
+        bufs = [torch.empty(size, dtype=torch.float64, device=self.device)
+                for _ in range(self.world)]
+        if size:
+            dist.all_gather(bufs, torch.nn.functional.pad(mine, (0, size - mine.numel())))
+        out = []
+        for (shp, nt, _), buf in zip(meta, bufs, strict=True):
+            o, m = 0, {}
+            for k, ss in shp.items():
+                fs = []
+                for s in ss:
+                    n = s[0] * s[1]
+                    fs.append(buf[o:o + n].view(s))
+                    o += n
+                m[k] = (fs, nt.get(k, 0))
+            out.append(m)
+        return out
 
     def finish(self, acc: dict[str, torch.Tensor]) -> None:
         """After the last round: every owner's row blocks to every rank (a no-op
@@ -208,7 +242,7 @@ def _accumulate(acc, count, factors, ntok, mine=None) -> None:
             if k not in acc:
                 acc[k] = torch.zeros((d, d), dtype=torch.float64, device=f.device)
                 count[k] = 0
-            f = f.to(acc[k].device)
+            f = f.to(acc[k].device).contiguous()  # the same layout on every path
             for lo, hi in _blocks(d):
                 if mine is None or mine(k, lo, hi, d):
                     acc[k][lo:hi] += f[:, lo:hi].T @ f
