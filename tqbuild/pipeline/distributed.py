@@ -54,7 +54,10 @@ class Dist:
         # destroy_process_group leaves gloo's threads running, and one that frees
         # a finished collective while Python finalizes aborts the process
         # ("terminate called without an active exception"): import it first
-        importlib.import_module("torch.distributed._shard")
+        try:
+            importlib.import_module("torch.distributed._shard")
+        except ImportError:  # a torch without it has nothing to hold the group
+            pass
 
         if not dist.is_initialized():
             dist.init_process_group(backend, timeout=timedelta(hours=6))
