@@ -128,16 +128,15 @@ class Dist:
         if self.world == 1:
             _accumulate(acc, count, factors, ntok)
             return
-        for m in self._gather_factors(factors, ntok):  # rank order = sample order
-            _accumulate(acc, count, {k: fs for k, (fs, _) in m.items()},
-                        {k: n for k, (_, n) in m.items()}, mine=self._mine)
+        for fs, nt in self._gather_factors(factors, ntok):  # rank order = sample order
+            _accumulate(acc, count, fs, nt, mine=self._mine)
 
     def _gather_factors(self, factors: dict[str, list[torch.Tensor]],
-                        ntok: dict[str, int]) -> list[dict]:
-        """Every rank's {key: ([factors], tokens)}, in rank order. The shapes go as
-        small objects; the float64 values as one flat tensor per rank (padded to
-        the longest), gathered on the build's device, so an NCCL build keeps them
-        on the GPU."""
+                        ntok: dict[str, int]) -> list[tuple[dict, dict]]:
+        """Every rank's (factors, tokens) in rank order. The shapes go as small
+        objects; the float64 values as one flat tensor per rank (padded to the
+        longest), gathered on the build's device, so an NCCL build keeps them on
+        the GPU."""
         import torch.distributed as dist
 
         shapes = {k: [tuple(f.shape) for f in fs] for k, fs in factors.items()}
@@ -152,16 +151,9 @@ class Dist:
         if size:
             dist.all_gather(bufs, torch.nn.functional.pad(mine, (0, size - mine.numel())))
         out = []
-        for (shp, nt, _), buf in zip(meta, bufs, strict=True):
-            o, m = 0, {}
-            for k, ss in shp.items():
-                fs = []
-                for s in ss:
-                    n = s[0] * s[1]
-                    fs.append(buf[o:o + n].view(s))
-                    o += n
-                m[k] = (fs, nt.get(k, 0))
-            out.append(m)
+        for (shp, nt, n), buf in zip(meta, bufs, strict=True):
+            pieces = iter(buf[:n].split([a * b for ss in shp.values() for a, b in ss]))
+            out.append(({k: [next(pieces).view(s) for s in ss] for k, ss in shp.items()}, nt))
         return out
 
     def finish(self, acc: dict[str, torch.Tensor]) -> None:
