@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (if needed), then build the embedded default model end to end:
 # SmolLM2-135M-Instruct -> untie + γ-fold + R1/R2 + affine 4-bit g64 -> out/smollm2-rot-rtn4,
-# and show it loading and generating in stock mlx-lm.
+# show it loading and generating in stock mlx-lm, and verify it (`tq-build verify`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,3 +9,4 @@ bash scripts/setup.sh
 tq-build plan recipes/smollm2-rot-rtn4.yaml
 tq-build recipes/smollm2-rot-rtn4.yaml --force
 python tests/mlx_check.py out/smollm2-rot-rtn4 "What is the capital of France?" 8
+tq-build verify out/smollm2-rot-rtn4

@@ -305,8 +305,22 @@ def verify_cmd(
         typer.echo(f"FAIL {p}", err=True)
     if problems:
         raise VerificationFailed(f"{artifact}: {len(problems)} problem(s); first: "
-                                 f"{problems[0]}", fix="rebuild the artifact")
+                                 f"{problems[0]}", fix=_verify_fix(problems[0], artifact))
     typer.echo(f"{artifact}: OK" + (" (matches artifacts.lock)" if locked else ""))
+
+
+def _verify_fix(problem: str, artifact: Path) -> str:
+    """What a user can do about the first problem `verify` found."""
+    if "runtimes disagree" in problem:
+        return ("the artifact's tensors decode as built, so the difference is in a runtime: "
+                "install the versions requirements.txt pins (mlx, mlx-lm, transformers, "
+                "torch), rerun, and report it with this output if it persists; "
+                "`--no-runtimes` checks the files alone")
+    if "non-finite" in problem:
+        return "the weights decode as built but overflow; rebuild with a smaller damp or bits"
+    return (f"the files of {artifact} are not what its build wrote: rebuild it with "
+            "`tq-build RECIPE --force` (a resumable work dir makes that quick) or restore "
+            "them from where it was published")
 
 
 def _greedy_speed(artifact: Path, device: str) -> dict:

@@ -103,9 +103,21 @@ def verify_locked(path: Path, lock_path: Path) -> list[str]:
     return [str(f) for f in check_outputs(entry, base, cache)]
 
 
-def cross_runtime(path: Path, device: str = "cpu", tolerance: float = 1e-3) -> tuple[list, dict]:
+# Both runtimes compute in float32 from the same decoded weights (affine values
+# formed in float32 as MLX's quantized matmul forms them, formats/dequant.py), so
+# they differ only by summation order. Measured (32-token prompt, mean KL): SmolLM2
+# rot-rtn4 torch vs MLX 1.2e-10, a SmolLM2 trellis k2 artifact 3.2e-10, the
+# trellis-k3 artifact's H200 kernels vs the CPU decode 7.5e-11. A real decoding
+# difference is orders above: forming affine weights in bf16 on one side only
+# gave 4.9e-3. The bound sits ~3000x over the measured maxima and far under that.
+RUNTIME_KL_TOLERANCE = 1e-6
+
+
+def cross_runtime(path: Path, device: str = "cpu",
+                  tolerance: float = RUNTIME_KL_TOLERANCE) -> tuple[list, dict]:
     """Forward a fixed prompt through the torch runtime (packed trellis modules)
-    and, where MLX is installed, the MLX runtime; compare their logits."""
+    and, where MLX is installed, the MLX runtime, both in float32; compare their
+    logits."""
     import numpy as np
     import torch
 

@@ -1,6 +1,14 @@
 """Any stored quantized module back to its values, from its config entry
 (`quantization[module]` or the global entry): affine and MLX microscaling
-exactly as MLX computes them, trellis as f32(code) · f32(scale)."""
+exactly as MLX computes them, trellis as f32(code) · f32(scale).
+
+Affine values come in two precisions. `mx.dequantize` computes q·scale + bias
+in the scales' dtype (bf16: two roundings, up to one bf16 ulp of the group's
+bias per weight); that is what the build hashes. MLX's quantized matmul (CPU
+and Metal) instead upcasts the stored scales and biases and forms the weight
+in float32, so a runtime computing in float32 must use `compute_dtype=float32`
+to agree with it (SmolLM2 rot-rtn4: torch vs MLX mean KL 4.9e-3 with bf16
+values, 1e-6 with float32 ones)."""
 
 from __future__ import annotations
 
@@ -27,8 +35,10 @@ def entry_for(quant: dict, module: str) -> dict:
 
 
 def dequantize_module(weight: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor | None,
-                      entry: dict) -> torch.Tensor:
-    """-> float32 weight in the artifact's [.., out, in] layout."""
+                      entry: dict, compute_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """-> float32 weight in the artifact's [.., out, in] layout. `compute_dtype`:
+    the dtype affine values are formed in (default: the stored scales', as
+    `mx.dequantize`; float32: as MLX's quantized matmul uses them)."""
     mode = entry.get("mode", "affine")
     if mode == "trellis":
         t = entry["trellis"]
@@ -49,5 +59,7 @@ def dequantize_module(weight: torch.Tensor, scales: torch.Tensor, biases: torch.
         w = mx.dequantize(mx.array(weight.numpy()), mx.array(scales.numpy()),
                           group_size=entry["group_size"], bits=entry["bits"], mode=mode)
         return torch.from_numpy(np.array(w.astype(mx.float32)))
+    if compute_dtype is not None:
+        scales, biases = scales.to(compute_dtype), biases.to(compute_dtype)
     return mlx_affine.dequantize_packed(weight, scales, biases, entry["bits"],
                                         entry["group_size"]).float()

@@ -28,12 +28,16 @@ def pack(q: np.ndarray, bits: int) -> np.ndarray:
 
 
 def unpack(words: np.ndarray, bits: int) -> np.ndarray:
-    """uint32 [..., w] -> integers [..., w·32/bits] (the inverse of `pack`)."""
+    """uint32 [..., w] -> integers [..., w·32/bits] (the inverse of `pack`):
+    element i is read from the 64-bit window of words i·b//32 and the next."""
     lead, w = words.shape[:-1], words.shape[-1]
     n = w * 32 // bits
-    by = np.ascontiguousarray(words.reshape(-1, w).astype("<u4")).view(np.uint8)
-    bitarr = np.unpackbits(by, axis=-1, bitorder="little").reshape(-1, n, bits)
-    vals = (bitarr.astype(np.uint32) << np.arange(bits, dtype=np.uint32)).sum(-1)
+    flat = words.reshape(-1, w).astype(np.uint64)
+    start = np.arange(n, dtype=np.int64) * bits
+    i0 = start // 32
+    i1 = np.minimum(i0 + 1, w - 1)  # past the last word only zero bits are read
+    window = flat[:, i0] | (flat[:, i1] << np.uint64(32)) * (i0 + 1 < w)
+    vals = (window >> (start % 32).astype(np.uint64)) & np.uint64((1 << bits) - 1)
     return vals.astype(np.uint32).reshape(*lead, n)
 
 

@@ -1,7 +1,8 @@
 """Load an artifact (bf16, MLX affine / microscaling, trellis) into transformers, f32.
 
-Quantized tensors are dequantized exactly as MLX does (trellis: f32 code ×
-f32 scale); the artifact layout is
+Quantized tensors are dequantized as MLX's quantized matmul applies them
+(affine: q·scale + bias formed in float32 from the stored scales; trellis:
+f32 code × f32 scale); the artifact layout is
 mapped back to transformers' (io.layout.to_hf)."""
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ def read_artifact_tensors(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def dequantized_state(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(config, artifact-named weights, affine modules dequantized exactly as MLX
-    does; every tensor keeps the dtype it is stored or computed in)."""
+def dequantized_state(path: Path, compute_dtype: torch.dtype | None = torch.float32
+                      ) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config, artifact-named weights). Affine modules are formed in
+    `compute_dtype` (float32: as MLX's quantized matmul; None: the stored scales'
+    dtype, `mx.dequantize`'s bits); other tensors keep their stored dtype."""
     path = Path(path)
     cfg = json.loads((path / "config.json").read_text())
     quant = cfg.get("quantization") or {}
@@ -42,7 +45,7 @@ def dequantized_state(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         module = k[: -len(".weight")]
         if k.endswith(".weight") and f"{module}.scales" in raw:
             out[k] = dequantize_module(t, raw[f"{module}.scales"], raw.get(f"{module}.biases"),
-                                       entry_for(quant, module))
+                                       entry_for(quant, module), compute_dtype)
         else:
             out[k] = t
     return cfg, out
