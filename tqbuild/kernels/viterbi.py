@@ -121,7 +121,12 @@ def _triton_or_torch(x, table, L, k, overlap):
 
 def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
                        table: torch.Tensor | None = None) -> torch.Tensor:
-    """Quantize each row of x [B, T] (float32) -> int64 states [B, T]."""
+    """Quantize each row of x [B, T] (float32) -> int64 states [B, T].
+
+    On CUDA the fused CUDA kernel (viterbi_cuda) runs both passes in one launch;
+    without it (or for non-finite input) the Triton forward pass (L ≤ 12) or the
+    torch pass. All choose the same states. TQBUILD_VITERBI=triton|torch forces
+    an older path (benchmarks)."""
     if not 1 <= k <= L // 2:
         raise ValueError(f"k must be in [1, L/2], got k={k}, L={L}")
     T = x.shape[1]
@@ -129,7 +134,10 @@ def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
         raise ValueError(f"a block of T={T} weights at k={k} holds fewer than L={L} bits")
     x = x.float().contiguous()
     table = code_tensor(code, L, x.device) if table is None else table
-    from . import viterbi_triton
+    from . import viterbi_cuda, viterbi_triton
+
+    if viterbi_cuda.available(x, L, k) and bool(torch.isfinite(x).all()):
+        return viterbi_cuda.viterbi_tailbiting(x, table, L, k, code)
 
     one = _triton_or_torch if viterbi_triton.available(x, L) else _pass
     rolled = torch.roll(x, T // 2, dims=1).contiguous()

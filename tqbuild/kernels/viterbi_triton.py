@@ -54,7 +54,10 @@ if triton is not None:
 
 
 def available(x: torch.Tensor, L: int) -> bool:
-    return triton is not None and x.is_cuda and L <= MAX_L
+    import os
+
+    return triton is not None and x.is_cuda and L <= MAX_L and \
+        os.environ.get("TQBUILD_VITERBI", "cuda") != "torch"
 
 
 def viterbi_pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One H200 call for the fused CUDA Viterbi: bash bench/device/viterbi.sh STEP...
+# Steps: sass (build + resource report + SASS of the kernel), tests (CUDA
+# Viterbi tests), quick (bench, k = 3 per-tensor only), bench (the full bench).
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
+export PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
+for step in "$@"; do
+  echo "=== $step $(date +%T)"
+  case $step in
+    sass) nvcc -O3 -arch=sm_90 -fmad=false -Xptxas -v -cubin -o /tmp/v.cubin \
+            tqbuild/kernels/viterbi_cuda.cu > "$OUT/ptxas.log" 2>&1
+          cuobjdump --dump-sass /tmp/v.cubin > "$OUT/viterbi.sass" 2>&1; wc -l "$OUT/viterbi.sass" ;;
+    tests) timeout "${TESTS_S:-300}" python3 -m pytest -q -x tests/test_viterbi_cuda.py \
+             tests/test_trellis.py -k "cuda or viterbi or ldlq" 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
+    quick) timeout "${BENCH_S:-300}" python3 bench/viterbi_cuda.py --quick 2>&1 | tee "$OUT/bench.log" \
+             | cut -c1-300; cp bench/results/viterbi_cuda-cuda.json "$OUT/" ;;
+    bench) timeout "${BENCH_S:-400}" python3 bench/viterbi_cuda.py 2>&1 | tee "$OUT/bench.log" \
+             | cut -c1-300; cp bench/results/viterbi_cuda-cuda.json "$OUT/" ;;
+  esac
+done
+echo "=== done $(date +%T)"

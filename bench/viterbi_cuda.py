@@ -1,0 +1,146 @@
+"""The fused CUDA Viterbi vs the previous paths, in one run on one GPU.
+
+    python bench/viterbi_cuda.py [--quick]
+
+Bare tail-biting Viterbi (both passes) on N(0, 1) blocks of T = 256 — 4096 and
+65536 sequences — at L = 12 and 16, k = 2, 3, 4: the CUDA kernel next to the
+previous path (TQBUILD_VITERBI=triton: Triton forward + torch backtrack at
+L = 12; torch at L = 16); then per-tensor LDLQ conversion of a gate-like
+17408 × 5120 (axis 1) and a down-like 5120 × 17408 (axis 0) matrix with a
+full-rank correlated Hessian. Writes bench/results/viterbi_cuda-cuda.json.
+
+Ceiling: per weight and pass the encoder forms 2^L state costs, each
+(code − x)² + best — a sub, a mul, an add — and a compare-select into the
+class minimum: 4 float32 pipe ops, × 2 passes. At the H200's measured float32
+rate (the add+min pair chain of bench/trellis_codec.py, counted as 2 ops a
+pair) that gives the weights/s no implementation of this recurrence beats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import torch  # noqa: E402
+from hostinfo import host  # noqa: E402
+
+from tqbuild.kernels import viterbi  # noqa: E402
+
+OPS_PER_STATE = 4
+
+
+def timed(fn, reps: int = 1) -> float:
+    fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / reps
+
+
+def with_path(path: str, fn):
+    old = os.environ.get("TQBUILD_VITERBI")
+    os.environ["TQBUILD_VITERBI"] = path
+    try:
+        return fn()
+    finally:
+        if old is None:
+            os.environ.pop("TQBUILD_VITERBI")
+        else:
+            os.environ["TQBUILD_VITERBI"] = old
+
+
+def bare(res: dict, quick: bool) -> None:
+    from trellis_codec import add_compare_rate
+
+    rate = add_compare_rate("float32") * 2  # float32 ops/s
+    res["float32_ops_per_s"] = rate
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for L in (12, 16):
+        for k in (2, 3, 4):
+            ceiling = rate / (2 * 2**L * OPS_PER_STATE)
+            for n in (4096, 65536):
+                x = torch.randn(n, 256, device="cuda", generator=g)
+                row = {"L": L, "k": k, "sequences": n, "T": 256,
+                       "ceiling_weights_per_s": ceiling}
+                s = timed(lambda x=x, L=L, k=k: viterbi.quantize_blocks(x, L, k),
+                          reps=1 if n > 4096 or L == 16 else 3)
+                row["cuda_weights_per_s"] = x.numel() / s
+                row["cuda_fraction_of_ceiling"] = row["cuda_weights_per_s"] / ceiling
+                old = "triton" if L == 12 else "torch"
+                if n == 4096 or (L == 12 and not quick):
+                    s_old = with_path(old, lambda x=x, L=L, k=k: timed(
+                        lambda: viterbi.quantize_blocks(x, L, k)))
+                    row[f"{old}_weights_per_s"] = x.numel() / s_old
+                    row["speedup"] = row["cuda_weights_per_s"] / row[f"{old}_weights_per_s"]
+                    same = with_path(old, lambda x=x, L=L, k=k: viterbi.quantize_blocks(
+                        x[:256], L, k))
+                    row["states_equal_old_path"] = bool(torch.equal(
+                        same, viterbi.quantize_blocks(x[:256], L, k)))
+                print(json.dumps(row), flush=True)
+                res["bare"].append(row)
+
+
+def correlated_h(n: int, rows: int, seed: int) -> torch.Tensor:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mix = torch.eye(n, device="cuda") + 0.05 * torch.randn(n, n, device="cuda", generator=g)
+    h = torch.zeros(n, n, device="cuda", dtype=torch.float64)
+    for a in range(0, rows, 4096):
+        x = torch.randn(min(4096, rows - a), n, device="cuda", generator=g) @ mix
+        h += (x.T @ x).double()
+    return h
+
+
+def per_tensor(res: dict, quick: bool) -> None:
+    from tqbuild.stages.trellis import Geometry, trellis_guarded
+
+    shapes = [("gate-like", 17408, 5120, 1, 10, 20), ("down-like", 5120, 17408, 0, 11, 21)]
+    for name, out, inp, axis, ws, hs in shapes:
+        g = torch.Generator(device="cuda").manual_seed(ws)
+        w = 0.02 * torch.randn(out, inp, device="cuda", generator=g)
+        h = correlated_h(inp, 16384 if inp == 5120 else 34816, hs)
+        for L in (12, 16):
+            for k in ((3,) if quick else (2, 3, 4)):
+                geo = Geometry(L=L, k=k, T=256, code="1mad", axis=axis, group=128)
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                r = trellis_guarded(w, h, geo, damp=0.01)
+                torch.cuda.synchronize()
+                s = time.perf_counter() - t
+                row = {"tensor": name, "shape": [out, inp], "axis": axis, "L": L, "k": k,
+                       "seconds": s, "weights_per_s": w.numel() / s,
+                       "proxy_loss": r.proxy_loss, "method": r.method}
+                print(json.dumps(row), flush=True)
+                res["per_tensor"].append(row)
+        del h
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-bare", action="store_true")
+    ap.add_argument("--out", default=str(HERE / "results"))
+    args = ap.parse_args()
+    res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
+                 "per_tensor": [], "ops_per_state": OPS_PER_STATE}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if not args.skip_bare:
+            bare(res, args.quick)
+        per_tensor(res, args.quick)
+    finally:
+        (out / "viterbi_cuda-cuda.json").write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

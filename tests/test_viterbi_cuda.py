@@ -1,0 +1,117 @@
+"""The fused CUDA Viterbi (kernels/viterbi_cuda.cu) chooses exactly the torch
+path's states: the codec set for L 12/16 × k 1–4 × both codes, QTIP golden
+values as inputs, tie-heavy inputs, a whole LDLQ tensor; and a machine where it
+cannot build falls back with one warning. CUDA cases skip without a GPU."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tqbuild.kernels import viterbi, viterbi_cuda
+from tqbuild.kernels.trellis_codes import code_table
+
+CUDA = torch.cuda.is_available()
+GOLDENS = Path(__file__).parents[2] / "shared" / "goldens" / "qtip" / "qtip_state_tables.npz"
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+
+def torch_states(x: torch.Tensor, L: int, k: int, code: str) -> torch.Tensor:
+    """The torch pass on x's device (the reference the CUDA kernel must equal)."""
+    table = viterbi.code_tensor(code, L, x.device)
+    T = x.shape[1]
+    first = viterbi._pass(torch.roll(x, T // 2, dims=1).contiguous(), table, L, k, None)
+    return viterbi._pass(x, table, L, k, first[:, T // 2] >> k)
+
+
+def cuda_states(x: torch.Tensor, L: int, k: int, code: str) -> torch.Tensor:
+    assert viterbi_cuda.available(x, L, k), viterbi_cuda._failed
+    return viterbi_cuda.viterbi_tailbiting(x, viterbi.code_tensor(code, L, x.device), L, k, code)
+
+
+@needs_cuda
+@pytest.mark.parametrize("code", ["1mad", "3inst"])
+@pytest.mark.parametrize("L,k", [(12, 1), (12, 2), (12, 3), (12, 4), (16, 1), (16, 2),
+                                 (16, 3), (16, 4)])
+def test_codec_set_states_equal_torch_and_cpu(L, k, code):
+    x = torch.randn(4096, 256, generator=torch.Generator().manual_seed(0))  # codec-check set
+    got = cuda_states(x.cuda(), L, k, code)
+    assert torch.equal(got, torch_states(x.cuda(), L, k, code))
+    sub = x[:: 64 if L == 16 else 16]  # the CPU path on a slice (it is slow at L = 16)
+    assert torch.equal(got[:: 64 if L == 16 else 16].cpu(), torch_states(sub, L, k, code))
+
+
+@needs_cuda
+@pytest.mark.parametrize("L,k", [(12, 2), (16, 2), (12, 4)])
+def test_tie_heavy_inputs(L, k):
+    table = torch.from_numpy(code_table("1mad", L).copy())
+    g = torch.Generator().manual_seed(5)
+    rows = [torch.zeros(256),  # every path's first cost ties
+            table[torch.randint(0, 2**L, (256,), generator=g)],  # x on code values
+            torch.full((256,), float(table[7])),
+            torch.randn(256, generator=g).round()]  # few distinct values
+    x = torch.stack(rows * 8)
+    if GOLDENS.is_file():  # QTIP's own state values as inputs
+        gold = np.load(GOLDENS)[f"1mad_L{L}"].astype(np.float32)
+        x = torch.cat([x, torch.from_numpy(gold[: 256 * 32].reshape(32, 256))])
+    for code in ("1mad", "3inst"):
+        got = cuda_states(x.cuda(), L, k, code).cpu()
+        assert torch.equal(got, torch_states(x, L, k, code)), code
+
+
+@needs_cuda
+def test_non_finite_rows_take_the_torch_path():
+    x = torch.randn(8, 64)
+    x[3, 5] = float("nan")
+    got = viterbi.viterbi_tailbiting(x.cuda(), 12, 2).cpu()
+    assert torch.equal(got, viterbi.viterbi_tailbiting(x, 12, 2))
+
+
+@needs_cuda
+@pytest.mark.parametrize("axis,L", [(1, 12), (0, 12), (1, 16)])
+def test_whole_ldlq_tensor_cuda_equals_cpu(axis, L):
+    from tqbuild.stages.trellis import Geometry, trellis_guarded
+
+    g = torch.Generator().manual_seed(11)
+    w = 0.02 * torch.randn(256, 512, generator=g)
+    xs = torch.randn(2048, 512, generator=g) @ (torch.eye(512) + 0.05 * torch.randn(
+        512, 512, generator=g))
+    h = (xs.T @ xs).double()
+    geo = Geometry(k=2, T=128, L=L, code="1mad", axis=axis, group=128)
+    cpu = trellis_guarded(w, h, geo, damp=0.01)
+    gpu = trellis_guarded(w.cuda(), h.cuda(), geo, damp=0.01)
+    same = (cpu.states == gpu.states.cpu()).float().mean().item()
+    # LDLQ's float64 feedback sums in another order under cuBLAS: identical states
+    # are not promised across devices, near-identical ones are
+    assert same > 0.97, same
+    rel = ((cpu.recon - gpu.recon.cpu()).norm() / cpu.recon.norm()).item()
+    assert rel < 0.1
+
+
+def test_unbuildable_extension_falls_back_with_one_warning(monkeypatch):
+    class FakeCuda:
+        is_cuda = True
+
+    def broken():
+        raise RuntimeError("nvcc failed: no compiler here")
+
+    monkeypatch.setattr(viterbi_cuda, "_lib", None)
+    monkeypatch.setattr(viterbi_cuda, "_failed", None)
+    monkeypatch.setattr(viterbi_cuda, "_build", broken)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert not viterbi_cuda.available(FakeCuda(), 12, 3)
+        assert not viterbi_cuda.available(FakeCuda(), 16, 2)  # no second build, no warning
+    assert len(w) == 1 and "CUDA Viterbi unavailable" in str(w[0].message)
+    monkeypatch.setenv("TQBUILD_VITERBI", "torch")
+    monkeypatch.setattr(viterbi_cuda, "_failed", None)
+    assert not viterbi_cuda.available(FakeCuda(), 12, 3)  # forced off: no build at all
+
+
+def test_kernel_source_ships_with_the_package():
+    assert viterbi_cuda.SOURCE.is_file()
+    assert "tq_viterbi_tailbiting" in viterbi_cuda.SOURCE.read_text()
