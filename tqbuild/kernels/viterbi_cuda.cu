@@ -22,8 +22,8 @@ template <int MODE>
 struct Codes;
 
 // MODE 0: the float32 code table (2^L entries) in global memory, read through
-// the read-only cache; MODE 1: 1MAD computed — the byte sum of the LCG output
-// indexes a 1021-entry table of its exact float32 values in shared memory.
+// the read-only cache (at L = 12 the compiler keeps each thread's codes in
+// registers); MODE 1: 1MAD computed in registers (mad_code).
 template <>
 struct Codes<0> {
   const float* __restrict__ table;
@@ -31,12 +31,36 @@ struct Codes<0> {
 };
 template <>
 struct Codes<1> {
-  const float* vals;  // shared memory
-  __device__ __forceinline__ float operator()(uint32_t s) const {
-    uint32_t x = s * 34038481u + 76625530u;
-    return vals[__vsadu4(x, 0u)];
-  }
+  __device__ __forceinline__ float operator()(uint32_t s) const;
 };
+
+// 1MAD's value from the LCG output x without a table: the byte sum t (one
+// VSADU4), a = t − 510 exactly (2^23 + t read as a float, minus 2^23 + 510),
+// then a / D as a·R refined by one exact-residual step. Checked against the
+// correctly rounded division for all 1021 byte sums (bench notes), so the
+// value equals code_1mad's bit for bit.
+__device__ __forceinline__ float mad_code(uint32_t x) {
+  const float a = __fadd_rn(__int_as_float(0x4B000000u + __vsadu4(x, 0u)), -8389118.f);
+  const float R = __int_as_float(0x3bddb447u), D = __int_as_float(0x4313ccf0u);
+  const float q0 = __fmul_rn(a, R);
+  return __fmaf_rn(__fmaf_rn(-q0, D, a), R, q0);
+}
+
+// keep the running minimum m (first c on ties) and its c; costs are >= 0 or +inf,
+// so their bit patterns order as unsigned integers (one DPX min on Hopper)
+__device__ __forceinline__ void take_min(float v, int c, float& m, int& arg) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  bool keep;
+  m = __uint_as_float(__vibmin_u32(__float_as_uint(m), __float_as_uint(v), &keep));
+  arg = keep ? arg : c;
+#else
+  if (v < m) { m = v; arg = c; }
+#endif
+}
+
+__device__ __forceinline__ float Codes<1>::operator()(uint32_t s) const {
+  return mad_code(s * 34038481u + 76625530u);
+}
 
 template <int L, int K, int NT, int MODE>
 __global__ void __launch_bounds__(NT)
@@ -50,11 +74,13 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   // two best-cost buffers when they fit (one barrier a step), else one buffer
   // and the new costs staged in registers (two barriers a step)
   constexpr bool DOUBLE = 2 * J * 4 <= 160 * 1024;
+  constexpr int NG = J / C;  // groups of C classes
+  constexpr bool GROUPED = L == 16 && K >= 2;
+  static_assert(!GROUPED || (DOUBLE && NG % NT == 0), "grouped layout");
   extern __shared__ float smem[];
   float* best = smem;                        // [J] (x2 when DOUBLE)
   float* xs = best + (DOUBLE ? 2 * J : J);   // [T]
-  float* vals = xs + T;                      // [1024] (MODE 1)
-  int* st = reinterpret_cast<int*>(vals + 1024);  // [T] states
+  int* st = reinterpret_cast<int*>(xs + T);  // [T] states
   float* red_v = reinterpret_cast<float*>(st + T);  // [NT/32]
   int* red_s = reinterpret_cast<int*>(red_v + NT / 32);  // [NT/32]
 
@@ -63,11 +89,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   const float* xrow = x + b * T;
   uint8_t* bp = bp_all + b * (int64_t)T * J;
   for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
-  if (MODE == 1)
-    for (int i = tid; i < 1021; i += NT) vals[i] = mad_vals[i];
   Codes<MODE> code;
   if constexpr (MODE == 0) code.table = table;
-  else code.vals = vals;
   __syncthreads();
 
   int overlap = -1;
@@ -82,7 +105,49 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       int ti = t - 1 - shift;
       ti += ti < 0 ? T : 0;
       const float xv = xs[ti];
-      float m[DOUBLE ? 1 : G];
+      float m[DOUBLE ? 1 : G];  // new costs staged in registers (single buffer)
+      if constexpr (GROUPED) {
+        // thread owns groups j0 of C classes j = j0·C + b; all C·C of their states
+        // s = j + c·J share the C predecessor costs cur[j0 + c·J/C]
+#pragma unroll 1
+        for (int gi = 0; gi < NG / NT; ++gi) {
+          const int j0 = tid + gi * NT;
+          float pb[C];
+#pragma unroll
+          for (int c = 0; c < C; ++c) pb[c] = cur[j0 + c * NG];
+          uint32_t packed[(C + 3) / 4];
+          float mvs[C];
+#pragma unroll
+          for (int w = 0; w < (C + 3) / 4; ++w) packed[w] = 0;
+#pragma unroll
+          for (int bb = 0; bb < C; ++bb) {
+            const uint32_t j = j0 * C + bb;
+            float mv = 0.f;
+            int arg = 0;
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+              const float d = __fsub_rn(code(j + c * J), xv);
+              const float v = __fadd_rn(__fmul_rn(d, d), pb[c]);
+              if (c == 0) mv = v;
+              else take_min(v, c, mv, arg);
+            }
+            mvs[bb] = mv;
+            packed[bb / 4] |= (uint32_t)arg << (8 * (bb % 4));
+          }
+#pragma unroll
+          for (int q = 0; q < C; q += 4)  // C consecutive costs: 16-byte stores
+            *reinterpret_cast<float4*>(nxt + j0 * C + q) =
+                make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
+          uint8_t* dst = bp + (int64_t)t * J + j0 * C;
+          if constexpr (C == 4) *reinterpret_cast<uint32_t*>(dst) = packed[0];
+          else if constexpr (C == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+          else if constexpr (C == 16)
+            *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+          else
+#pragma unroll
+            for (int bb = 0; bb < C; ++bb) dst[bb] = (packed[bb / 4] >> (8 * (bb % 4))) & 0xff;
+        }
+      } else {
 #pragma unroll
       for (int i = 0; i < G; ++i) {
         const int j = tid + i * NT;
@@ -98,6 +163,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         if constexpr (DOUBLE) nxt[j] = mv;
         else m[i] = mv;
         bp[(int64_t)t * J + j] = (uint8_t)arg;
+      }
       }
       __syncthreads();
       if constexpr (DOUBLE) {
@@ -158,8 +224,7 @@ static int launch_one(const float* x, const float* table, const float* mad_vals,
                       uint8_t* bp, int64_t* states, cudaStream_t stream) {
   constexpr int J = 1 << (L - K);
   constexpr bool DOUBLE = 2 * J * 4 <= 160 * 1024;
-  size_t smem = sizeof(float) * ((DOUBLE ? 2 * J : J) + T + 1024) + sizeof(int) * T +
-                8 * (NT / 32);
+  size_t smem = sizeof(float) * ((DOUBLE ? 2 * J : J) + T) + sizeof(int) * T + 8 * (NT / 32);
   auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem);
@@ -178,6 +243,6 @@ extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, const f
                                      int64_t* states, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   CASE(12, 1, 256) CASE(12, 2, 256) CASE(12, 3, 256) CASE(12, 4, 256)
-  CASE(16, 1, 1024) CASE(16, 2, 1024) CASE(16, 3, 1024) CASE(16, 4, 1024)
+  CASE(16, 1, 1024) CASE(16, 2, 1024) CASE(16, 3, 512) CASE(16, 4, 256)
   return -1;
 }
