@@ -198,7 +198,10 @@ class Builder:
         from ..stages.layer_forward import LayerRunner
 
         p = self.calib
-        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude={"keep", "hessians"}))
+        on_gpu = p.source.self_generated and torch.device(self.device).type == "cuda"
+        # tokens sampled on a GPU are other tokens: their own cache entry
+        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude={"keep", "hessians"}),
+                          *(["sampled-on-cuda"] if on_gpu else []))
         ids = None
         if self.dist.lead:  # the other ranks take rank 0's tokens
             f = self.wd.calib_file(cfp)
@@ -206,7 +209,8 @@ class Builder:
                 ids = np.load(f)
             else:
                 where = self.plan.recipe.line_of("stages")
-                ids = calibration_ids(p, self.source.path, where, log=self.log)
+                ids = calibration_ids(p, self.source.path, where, log=self.log,
+                                      device=self.device if on_gpu else "cpu")
                 self.wd.save_calib(cfp, ids)
         self.ids = self.dist.share(ids)
         self.token_sha = token_hash(self.ids)

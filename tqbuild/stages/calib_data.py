@@ -114,17 +114,19 @@ def self_generated(model, p: CalibrateParams, bos: int | None, vocab: int) -> np
         ids, past = first, None
         seq = [first]
         for _ in range(p.seq_len - 1):
-            o = model(input_ids=ids, past_key_values=past, use_cache=True)
+            o = model(input_ids=ids.to(model.device), past_key_values=past, use_cache=True)
             past = o.past_key_values
-            probs = torch.softmax(o.logits[:, -1].double() / p.temperature, -1)
+            probs = torch.softmax(o.logits[:, -1].double().cpu() / p.temperature, -1)
             ids = torch.multinomial(probs, 1, generator=g)
             seq.append(ids)
         out.append(torch.cat(seq, 1))
     return torch.cat(out).numpy().astype(np.int32)
 
 
-def calibration_ids(p: CalibrateParams, source_dir: Path, where: str, log=print) -> np.ndarray:
-    """int32 [samples, seq_len]."""
+def calibration_ids(p: CalibrateParams, source_dir: Path, where: str, log=print,
+                    device: str = "cpu") -> np.ndarray:
+    """int32 [samples, seq_len]. Self-generated tokens are sampled with the model on
+    `device` (CUDA logits round differently: other tokens than a CPU sampling)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if p.source.files or p.source.dataset:
@@ -140,6 +142,7 @@ def calibration_ids(p: CalibrateParams, source_dir: Path, where: str, log=print)
     log(f"sampling {p.samples} × {p.seq_len} calibration tokens from the source model "
         "(it is loaded whole for this)")
     model = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()
+    model = model.to(device)
     bos = model.config.bos_token_id
     bos = bos[0] if isinstance(bos, list) else bos
     return self_generated(model, p, bos, model.config.vocab_size)
