@@ -20,6 +20,8 @@ for step in "$@"; do
              | cut -c1-300; cp bench/results/viterbi_cuda-cuda.json "$OUT/" ;;
     bench) timeout "${BENCH_S:-400}" python3 bench/viterbi_cuda.py 2>&1 | tee "$OUT/bench.log" \
              | cut -c1-300; cp bench/results/viterbi_cuda-cuda.json "$OUT/" ;;
+    b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
+        cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac
 done
 echo "=== done $(date +%T)"
