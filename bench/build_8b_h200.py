@@ -155,6 +155,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tag", default="", help="suffix of the result file name")
+    ap.add_argument("--profile", default=None, help="cProfile the build into this file")
     ap.add_argument("--limit", type=float, default=None, help="stop the build after this many "
                     "seconds (SIGTERM: it checkpoints; rerun to resume)")
     ap.add_argument("--out", default=str(HERE / "results"))
@@ -173,7 +175,8 @@ def main() -> None:
     if a.device.startswith("cuda"):
         peak.start()
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "tqbuild", str(d / "r.yaml"), "--device",
+    prof = ["-m", "cProfile", "-o", a.profile] if a.profile else []
+    proc = subprocess.Popen([sys.executable, *prof, "-m", "tqbuild", str(d / "r.yaml"), "--device",
                              a.device, "--log-json", str(log), "--no-lock"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -209,7 +212,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in res.items() if k not in ("report", "unit_seconds")}))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"build_8b-{a.device.split(':')[0]}.json").write_text(json.dumps(res, indent=2) + "\n")
+    (out / f"build_8b-{a.device.split(':')[0]}{a.tag}.json").write_text(json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":
