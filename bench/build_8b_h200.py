@@ -212,7 +212,8 @@ def main() -> None:
     print(json.dumps({k: v for k, v in res.items() if k not in ("report", "unit_seconds")}))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"build_8b-{a.device.split(':')[0]}{a.tag}.json").write_text(json.dumps(res, indent=2) + "\n")
+    name = f"build_8b-{a.device.split(':')[0]}{a.tag}.json"
+    (out / name).write_text(json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

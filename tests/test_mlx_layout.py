@@ -42,3 +42,22 @@ def test_fold_artifact_in_stock_mlx_lm(model_type, tmp_path):
     mlx = torch.from_numpy(np.load(tmp_path / "logits.npy"))
     c = compare(teacher, mlx)
     assert c.mean_kl < 1e-4 and c.decisive_top1_agreement == 1.0, c
+
+
+def test_affine_pack_unpack_round_trip_every_width():
+    import numpy as np
+
+    from tqbuild.formats import mlx_affine
+
+    rng = np.random.default_rng(3)
+    for bits in mlx_affine.BITS:
+        for n in (32, 64, 96, 576):
+            if n * bits % 32:
+                continue
+            q = rng.integers(0, 1 << bits, (2, 3, n))
+            words = mlx_affine.pack(q, bits)
+            assert words.shape == (2, 3, n * bits // 32) and words.dtype == np.uint32
+            assert np.array_equal(mlx_affine.unpack(words, bits), q)
+            # element i at bits [i·b, (i+1)·b) of the row's LSB-first bitstream
+            row = int.from_bytes(words[1, 2].astype("<u4").tobytes(), "little")
+            assert all((row >> (i * bits)) & ((1 << bits) - 1) == q[1, 2, i] for i in range(n))

@@ -258,3 +258,15 @@ def test_compare_plain_keeps_the_better():
     res = trellis_guarded(w, h, g, compare_plain=True)
     assert res.plain_proxy_loss is not None
     assert res.proxy_loss <= res.plain_proxy_loss
+
+
+@pytest.mark.parametrize("k,T", [(1, 64), (2, 96), (3, 192), (3, 256), (4, 64)])
+def test_pack_tensor_equals_the_numpy_reference(k, T):
+    from tqbuild.formats import trellis as fmt
+
+    rng = np.random.default_rng(k * 1000 + T)
+    states = rng.integers(0, 1 << 16, (7, T * 6))
+    want = fmt.pack(states, k, T)
+    assert np.array_equal(fmt.pack_tensor(torch.from_numpy(states), k, T), want)
+    if CUDA:
+        assert np.array_equal(fmt.pack_tensor(torch.from_numpy(states).cuda(), k, T), want)

@@ -13,18 +13,20 @@ GROUP_SIZES = (32, 64, 128)
 
 
 def pack(q: np.ndarray, bits: int) -> np.ndarray:
-    """Integers [..., n] in [0, 2^bits) -> uint32 [..., n·bits/32]."""
+    """Integers [..., n] in [0, 2^bits) -> uint32 [..., n·bits/32]: every 32 elements
+    fill `bits` words; one vectorised OR per position in that period."""
     lead, n = q.shape[:-1], q.shape[-1]
     assert (n * bits) % 32 == 0, (n, bits)
-    flat = q.reshape(-1, n).astype(np.uint32)
-    out = np.empty((flat.shape[0], n * bits // 32), dtype=np.uint32)
-    step = max(1, (1 << 24) // max(n * bits, 1))
-    shifts = np.arange(bits, dtype=np.uint32)
-    for r in range(0, flat.shape[0], step):
-        blk = flat[r:r + step]
-        bitarr = ((blk[:, :, None] >> shifts) & 1).astype(np.uint8).reshape(blk.shape[0], -1)
-        out[r:r + step] = np.packbits(bitarr, axis=-1, bitorder="little").view("<u4")
-    return out.reshape(*lead, n * bits // 32)
+    per = 32 // np.gcd(32, bits)  # elements per whole number of words
+    nwp = per * bits // 32  # words per period
+    v = np.ascontiguousarray((q.reshape(-1, per) & ((1 << bits) - 1)).T).astype(np.uint64)
+    acc = np.zeros((nwp, v.shape[1]), dtype=np.uint64)
+    for j in range(per):
+        o = j * bits
+        acc[o // 32] |= v[j] << np.uint64(o % 32)
+    words = acc & np.uint64(0xFFFFFFFF)
+    words[1:] |= acc[:-1] >> np.uint64(32)
+    return np.ascontiguousarray(words.astype(np.uint32).T).reshape(*lead, n * bits // 32)
 
 
 def unpack(words: np.ndarray, bits: int) -> np.ndarray:

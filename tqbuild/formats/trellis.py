@@ -31,15 +31,40 @@ def check_geometry(T: int, k: int, L: int, length: int, where: str = "") -> str 
 
 
 def pack(states: np.ndarray, k: int, T: int) -> np.ndarray:
-    """states [rows, cols] (cols = blocks·T, any int dtype) -> uint32 [rows, cols·k/32]."""
+    """states [rows, cols] (cols = blocks·T, any int dtype) -> uint32 [rows, cols·k/32].
+
+    Symbol t lands at bit offset (T−1−t)·k of its block (reversed time); one
+    vectorised OR per time step into 64-bit accumulators, then each word takes
+    the bits its left neighbour's symbols carried past bit 32."""
     rows, cols = states.shape
-    nb = cols // T
-    sym = (states.reshape(rows, nb, T).astype(np.uint32) & np.uint32((1 << k) - 1))[..., ::-1]
-    # reversed time: symbol t lands at offset (T−1−t)·k; bit i of it at +i
-    bits = ((sym[..., None] >> np.arange(k, dtype=np.uint32)) & 1).reshape(rows, nb, T * k)
-    bits = bits.reshape(rows, nb, T * k // 32, 32).astype(np.uint64)
-    words = (bits << np.arange(32, dtype=np.uint64)).sum(-1).astype(np.uint32)
-    return words.reshape(rows, nb * T * k // 32)
+    nb, nw = cols // T, T * k // 32
+    # time-major, so each step touches contiguous memory
+    sym = np.ascontiguousarray((states.reshape(rows * nb, T) & ((1 << k) - 1)).T
+                               ).astype(np.uint64)
+    acc = np.zeros((nw, rows * nb), dtype=np.uint64)
+    for t in range(T):
+        o = (T - 1 - t) * k
+        acc[o // 32] |= sym[t] << np.uint64(o % 32)
+    words = acc & np.uint64(0xFFFFFFFF)
+    words[1:] |= acc[:-1] >> np.uint64(32)
+    return np.ascontiguousarray(words.astype(np.uint32).T).reshape(rows, nb * nw)
+
+
+def pack_tensor(states, k: int, T: int) -> np.ndarray:
+    """`pack` for a torch tensor of states on any device (the encoder's): the
+    words are formed where the states are (no gather of the int64 states to the
+    host), equal to `pack`'s bit for bit."""
+    import torch
+
+    rows, cols = states.shape
+    nb, nw = cols // T, T * k // 32
+    o = (T - 1 - torch.arange(T, device=states.device)) * k
+    sym = (states.reshape(rows * nb, T).long() & ((1 << k) - 1)) << (o % 32)
+    acc = torch.zeros(rows * nb, nw, dtype=torch.int64, device=states.device)
+    acc.index_add_(1, o // 32, sym)  # disjoint bits: add == or, exact in any order
+    words = acc & 0xFFFFFFFF
+    words[:, 1:] |= acc[:, :-1] >> 32
+    return words.cpu().numpy().astype(np.uint32).reshape(rows, nb * nw)
 
 
 def states_of(words: np.ndarray, k: int, T: int, L: int) -> np.ndarray:

@@ -180,7 +180,7 @@ def quantize_trellis_tensor(name: str, w: torch.Tensor, spec, hessians, guard
                for m, h in zip(mats, hs, strict=True)]
     words, scales, recon_stored = [], [], []
     for r in results:
-        wd = fmt.pack(r.states.cpu().numpy(), g.k, g.T)
+        wd = fmt.pack_tensor(r.states, g.k, g.T)
         words.append(fmt.interleave(wd, g.k, g.T) if spec.trellis.interleave else wd)
         scales.append(r.scales.cpu().numpy())
         rec = r.recon.cpu().numpy()
