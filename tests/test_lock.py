@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_run import cli
 from tiny import make_model, save_bf16
 
 RECIPE = """name: lk
@@ -30,10 +29,6 @@ stages:
            trellis: {{T: 64}}}}
 """
 
-
-def cli(d: Path, *args):
-    return subprocess.run([sys.executable, "-m", "tqbuild", *map(str, args)], cwd=d,
-                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")

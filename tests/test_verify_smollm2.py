@@ -4,11 +4,10 @@ and a trellis one: the float32 torch and MLX runtimes agree to float tolerance."
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("gguf")
@@ -34,10 +33,6 @@ stages:
           trellis: {L: 12, T: 64, axis: auto}
 """
 
-
-def cli(d: Path, *args):
-    return subprocess.run([sys.executable, "-m", "tqbuild", *map(str, args)], cwd=d,
-                          capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")

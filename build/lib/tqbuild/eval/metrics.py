@@ -1,0 +1,53 @@
+"""Perplexity and KL(teacher ‖ candidate) from full-vocabulary logits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DECISIVE_MARGIN = 0.05  # logits; below it the teacher's own top-1 is a near-tie
+
+
+@dataclass
+class Comparison:
+    tokens: int
+    mean_kl: float
+    max_kl: float
+    top1_agreement: float
+    decisive_top1_agreement: float  # over positions whose teacher top-2 margin >= 0.05
+
+
+def forward_logits(model, ids: torch.Tensor, window: int = 512) -> torch.Tensor:
+    """float32 logits [T, V] for a 1-D id tensor, in independent windows."""
+    out = []
+    with torch.no_grad():
+        for s in range(0, ids.numel(), window):
+            chunk = ids[s:s + window][None]
+            out.append(model(chunk).logits[0].float())
+    return torch.cat(out)
+
+
+def perplexity(logits: torch.Tensor, ids: torch.Tensor, window: int = 512) -> float:
+    """exp(mean NLL) of next-token prediction inside each window."""
+    nll, n = 0.0, 0
+    for s in range(0, ids.numel(), window):
+        lg, tg = logits[s:s + window][:-1], ids[s:s + window][1:]
+        if tg.numel() == 0:
+            continue
+        nll += float(torch.nn.functional.cross_entropy(lg, tg, reduction="sum"))
+        n += tg.numel()
+    return float(torch.exp(torch.tensor(nll / n)))
+
+
+def compare(teacher: torch.Tensor, candidate: torch.Tensor) -> Comparison:
+    """Per-position KL(teacher ‖ candidate), computed in float64."""
+    lp = torch.log_softmax(teacher.double(), -1)
+    lq = torch.log_softmax(candidate.double(), -1)
+    kl = (lp.exp() * (lp - lq)).sum(-1)
+    same = teacher.argmax(-1) == candidate.argmax(-1)
+    top2 = teacher.float().topk(2, -1).values
+    decisive = (top2[:, 0] - top2[:, 1]) >= DECISIVE_MARGIN
+    return Comparison(tokens=teacher.shape[0], mean_kl=float(kl.mean()), max_kl=float(kl.max()),
+                      top1_agreement=float(same.double().mean()),
+                      decisive_top1_agreement=float(same[decisive].double().mean()))

@@ -1,0 +1,49 @@
+"""QTIP's computed trellis codes: the value of every L-bit state.
+
+1MAD: x = (s·34038481 + 76625530) mod 2^32, value = (sum of x's 4 bytes − 510)
+/ 147.800537109375 (float32). 3INST: x = (s·89226354 + 64248484) mod 2^32,
+r = (x & 0x8FFF8FFF) ^ 0x3B603B60, value = fp16(r >> 16) + fp16(r & 0xFFFF)
+summed in fp16, then divided by its RMS over the 2^16 states (DESIGN §5).
+Neither depends on L: an L=12 table is the first 4096 entries of L=16's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+CODES = ("1mad", "3inst")
+INST3_RMS = 1.24371088  # RMS of QTIP's raw 3INST values over all 2^16 states
+
+
+def code_1mad(states: np.ndarray) -> np.ndarray:
+    x = (states.astype(np.uint64) * 34038481 + 76625530) & 0xFFFFFFFF
+    x = x.astype(np.uint32)
+    total = (x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24)
+    return ((total.astype(np.float32) - np.float32(510)) / np.float32(147.800537109375)
+            ).astype(np.float32)
+
+
+def code_3inst_raw(states: np.ndarray) -> np.ndarray:
+    """QTIP's 3INST value (fp16 sum), not normalised."""
+    x = ((states.astype(np.uint64) * 89226354 + 64248484) & 0xFFFFFFFF).astype(np.uint32)
+    r = (x & np.uint32(0x8FFF8FFF)) ^ np.uint32(0x3B603B60)
+    hi = (r >> 16).astype(np.uint16).view(np.float16)
+    lo = (r & 0xFFFF).astype(np.uint16).view(np.float16)
+    return (hi + lo).astype(np.float16)
+
+
+def code_3inst(states: np.ndarray) -> np.ndarray:
+    return (code_3inst_raw(states).astype(np.float64) / INST3_RMS).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=8)
+def code_table(code: str, L: int) -> np.ndarray:
+    """float32 [2^L]: the decoded value of every state (read-only)."""
+    if code not in CODES:
+        raise ValueError(f"unknown trellis code {code!r}; choose one of {', '.join(CODES)}")
+    states = np.arange(2**L, dtype=np.uint32)
+    table = code_1mad(states) if code == "1mad" else code_3inst(states)
+    table.setflags(write=False)
+    return table

@@ -1,0 +1,248 @@
+// Tail-biting Viterbi for QTIP's bitshift trellis, one CUDA block per T-block.
+//
+// The whole call is one launch: the rolled pass, its backtrack to the overlap
+// state, the pinned pass, its backtrack, the states written out. Every cost is
+// formed with the same float32 operations as kernels/viterbi.py (code − x,
+// squared, + best predecessor cost; each rounded on its own, no FMA), ties go to
+// the smallest predecessor c and the smallest final state, so the states equal
+// the torch path's bit for bit.
+//
+// Layout: J = 2^(L−k) predecessor classes j; the predecessors of the states
+// whose top L−k bits are j' are j' + c·J. Thread tid owns classes j = tid + i·NT
+// and for each computes min_c cost_{t−1}[j + c·J] — its costs never leave
+// registers; only the J best costs go through shared memory, once per step.
+// Backpointers (c, one byte per class and step) go to global memory.
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#define INF __int_as_float(0x7f800000)
+
+template <int MODE>
+struct Codes;
+
+// MODE 0: the float32 code table (2^L entries) in global memory, read through
+// the read-only cache (at L = 12 the compiler keeps each thread's codes in
+// registers); MODE 1: 1MAD computed in registers (mad_code).
+template <>
+struct Codes<0> {
+  const float* __restrict__ table;
+  __device__ __forceinline__ float operator()(uint32_t s) const { return __ldg(table + s); }
+};
+template <>
+struct Codes<1> {
+  __device__ __forceinline__ float operator()(uint32_t s) const;
+};
+
+// 1MAD's value from the LCG output x without a table: the byte sum t (one
+// VSADU4), a = t − 510 exactly (2^23 + t read as a float, minus 2^23 + 510),
+// then a / D as a·R refined by one exact-residual step. Checked against the
+// correctly rounded division for all 1021 byte sums (bench notes), so the
+// value equals code_1mad's bit for bit.
+__device__ __forceinline__ float mad_code(uint32_t x) {
+  const float a = __fadd_rn(__int_as_float(0x4B000000u + __vsadu4(x, 0u)), -8389118.f);
+  const float R = __int_as_float(0x3bddb447u), D = __int_as_float(0x4313ccf0u);
+  const float q0 = __fmul_rn(a, R);
+  return __fmaf_rn(__fmaf_rn(-q0, D, a), R, q0);
+}
+
+// keep the running minimum m (first c on ties) and its c; costs are >= 0 or +inf,
+// so their bit patterns order as unsigned integers (one DPX min on Hopper)
+__device__ __forceinline__ void take_min(float v, int c, float& m, int& arg) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  bool keep;
+  m = __uint_as_float(__vibmin_u32(__float_as_uint(m), __float_as_uint(v), &keep));
+  arg = keep ? arg : c;
+#else
+  if (v < m) { m = v; arg = c; }
+#endif
+}
+
+__device__ __forceinline__ float Codes<1>::operator()(uint32_t s) const {
+  return mad_code(s * 34038481u + 76625530u);
+}
+
+template <int L, int K, int NT, int MODE>
+__global__ void __launch_bounds__(NT)
+viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__ table,
+                          const float* __restrict__ mad_vals, int T,
+                          uint8_t* __restrict__ bp_all, int64_t* __restrict__ states_out) {
+  constexpr int C = 1 << K;
+  constexpr int J = 1 << (L - K);
+  constexpr int G = J / NT;  // classes per thread
+  static_assert(J % NT == 0, "NT must divide J");
+  // two best-cost buffers when they fit (one barrier a step), else one buffer
+  // and the new costs staged in registers (two barriers a step)
+  constexpr bool DOUBLE = 2 * J * 4 <= 160 * 1024;
+  constexpr int NG = J / C;  // groups of C classes
+  constexpr bool GROUPED = L == 16 && K >= 2;
+  static_assert(!GROUPED || (DOUBLE && NG % NT == 0), "grouped layout");
+  extern __shared__ float smem[];
+  float* best = smem;                        // [J] (x2 when DOUBLE)
+  float* xs = best + (DOUBLE ? 2 * J : J);   // [T]
+  int* st = reinterpret_cast<int*>(xs + T);  // [T] states
+  float* red_v = reinterpret_cast<float*>(st + T);  // [NT/32]
+  int* red_s = reinterpret_cast<int*>(red_v + NT / 32);  // [NT/32]
+
+  const int tid = threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const float* xrow = x + b * T;
+  uint8_t* bp = bp_all + b * (int64_t)T * J;
+  for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
+  Codes<MODE> code;
+  if constexpr (MODE == 0) code.table = table;
+  __syncthreads();
+
+  int overlap = -1;
+  for (int pass = 0; pass < 2; ++pass) {
+    const int shift = pass == 0 ? T / 2 : 0;  // pass 0 runs on x rolled right by T/2
+    float* cur = best;
+    float* nxt = DOUBLE ? best + J : best;
+    // best_0: 0 (cost0 = d + 0 exactly) or +inf outside the pinned class
+    for (int j = tid; j < J; j += NT) cur[j] = (overlap < 0 || j == overlap) ? 0.f : INF;
+    __syncthreads();
+    for (int t = 1; t < T; ++t) {
+      int ti = t - 1 - shift;
+      ti += ti < 0 ? T : 0;
+      const float xv = xs[ti];
+      float m[DOUBLE ? 1 : G];  // new costs staged in registers (single buffer)
+      if constexpr (GROUPED) {
+        // thread owns groups j0 of C classes j = j0·C + b; all C·C of their states
+        // s = j + c·J share the C predecessor costs cur[j0 + c·J/C]
+#pragma unroll 1
+        for (int gi = 0; gi < NG / NT; ++gi) {
+          const int j0 = tid + gi * NT;
+          float pb[C];
+#pragma unroll
+          for (int c = 0; c < C; ++c) pb[c] = cur[j0 + c * NG];
+          uint32_t packed[(C + 3) / 4];
+          float mvs[C];
+#pragma unroll
+          for (int w = 0; w < (C + 3) / 4; ++w) packed[w] = 0;
+#pragma unroll
+          for (int bb = 0; bb < C; ++bb) {
+            const uint32_t j = j0 * C + bb;
+            float mv = 0.f;
+            int arg = 0;
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+              const float d = __fsub_rn(code(j + c * J), xv);
+              const float v = __fadd_rn(__fmul_rn(d, d), pb[c]);
+              if (c == 0) mv = v;
+              else take_min(v, c, mv, arg);
+            }
+            mvs[bb] = mv;
+            packed[bb / 4] |= (uint32_t)arg << (8 * (bb % 4));
+          }
+#pragma unroll
+          for (int q = 0; q < C; q += 4)  // C consecutive costs: 16-byte stores
+            *reinterpret_cast<float4*>(nxt + j0 * C + q) =
+                make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
+          uint8_t* dst = bp + (int64_t)t * J + j0 * C;
+          if constexpr (C == 4) *reinterpret_cast<uint32_t*>(dst) = packed[0];
+          else if constexpr (C == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+          else if constexpr (C == 16)
+            *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+          else
+#pragma unroll
+            for (int bb = 0; bb < C; ++bb) dst[bb] = (packed[bb / 4] >> (8 * (bb % 4))) & 0xff;
+        }
+      } else {
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        const int j = tid + i * NT;
+        float mv = 0.f;
+        int arg = 0;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          const uint32_t s = j + c * J;
+          const float d = __fsub_rn(code(s), xv);
+          const float v = __fadd_rn(__fmul_rn(d, d), cur[s >> K]);
+          if (c == 0 || v < mv) { mv = v; arg = c; }
+        }
+        if constexpr (DOUBLE) nxt[j] = mv;
+        else m[i] = mv;
+        bp[(int64_t)t * J + j] = (uint8_t)arg;
+      }
+      }
+      __syncthreads();
+      if constexpr (DOUBLE) {
+        float* tmp = cur; cur = nxt; nxt = tmp;
+      } else {
+#pragma unroll
+        for (int i = 0; i < G; ++i) cur[tid + i * NT] = m[i];
+        __syncthreads();
+      }
+    }
+    float* bestf = cur;
+    // final costs at t = T−1; the smallest (cost, state), pinned states only
+    {
+      int ti = T - 1 - shift;
+      ti += ti < 0 ? T : 0;
+      const float xv = xs[ti];
+      float bv = INF;
+      int bs = 0x7fffffff;
+      for (int s = tid; s < (1 << L); s += NT) {
+        if (overlap >= 0 && (s & (J - 1)) != overlap) continue;
+        const float d = __fsub_rn(code((uint32_t)s), xv);
+        const float v = __fadd_rn(__fmul_rn(d, d), bestf[s >> K]);
+        if (v < bv || (v == bv && s < bs)) { bv = v; bs = s; }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_down_sync(0xffffffffu, bv, o);
+        const int os = __shfl_down_sync(0xffffffffu, bs, o);
+        if (ov < bv || (ov == bv && os < bs)) { bv = ov; bs = os; }
+      }
+      if ((tid & 31) == 0) { red_v[tid >> 5] = bv; red_s[tid >> 5] = bs; }
+      __syncthreads();
+      if (tid == 0) {
+        for (int w = 1; w < NT / 32; ++w)
+          if (red_v[w] < bv || (red_v[w] == bv && red_s[w] < bs)) { bv = red_v[w]; bs = red_s[w]; }
+        // backtrack (the rolled pass only as far as the state aligned with x[0])
+        int s = bs;
+        st[T - 1] = s;
+        const int stop = pass == 0 ? T / 2 : 0;
+        for (int t = T - 1; t > stop; --t) {
+          const int j = s >> K;
+          s = j + (int)bp[(int64_t)t * J + j] * J;
+          st[t - 1] = s;
+        }
+        if (pass == 0) red_s[0] = st[T / 2] >> K;
+      }
+      __syncthreads();
+      if (pass == 0) overlap = red_s[0];
+      __syncthreads();
+    }
+  }
+  int64_t* orow = states_out + b * T;
+  for (int i = tid; i < T; i += NT) orow[i] = st[i];
+}
+
+template <int L, int K, int NT, int MODE>
+static int launch_one(const float* x, const float* table, const float* mad_vals, int B, int T,
+                      uint8_t* bp, int64_t* states, cudaStream_t stream) {
+  constexpr int J = 1 << (L - K);
+  constexpr bool DOUBLE = 2 * J * 4 <= 160 * 1024;
+  size_t smem = sizeof(float) * ((DOUBLE ? 2 * J : J) + T) + sizeof(int) * T + 8 * (NT / 32);
+  auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem);
+  if (e != cudaSuccess) return (int)e;
+  kern<<<B, NT, smem, stream>>>(x, table, mad_vals, T, bp, states);
+  return (int)cudaGetLastError();
+}
+
+#define CASE(L_, K_, NT_)                                                                   \
+  if (L == L_ && k == K_)                                                                   \
+    return mode == 1 ? launch_one<L_, K_, NT_, 1>(x, table, mad_vals, B, T, bp, states, s)  \
+                     : launch_one<L_, K_, NT_, 0>(x, table, mad_vals, B, T, bp, states, s);
+
+extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, const float* mad_vals,
+                                     int B, int T, int L, int k, int mode, uint8_t* bp,
+                                     int64_t* states, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  CASE(12, 1, 256) CASE(12, 2, 256) CASE(12, 3, 256) CASE(12, 4, 256)
+  CASE(16, 1, 1024) CASE(16, 2, 1024) CASE(16, 3, 512) CASE(16, 4, 256)
+  return -1;
+}

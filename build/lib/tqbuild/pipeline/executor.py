@@ -1,0 +1,575 @@
+"""Run a compiled plan one unit (embed, layer i, head) at a time.
+
+Phase 1 computes every unit whose checkpoint is missing or stale (its
+fingerprint covers everything it depends on): read the unit's source tensors,
+fold, capture Hessians by running the layer on the calibration activations,
+quantize, checkpoint. Phase 2 streams the checkpoints into shards in a temp
+output dir and renames it into place. A killed build resumes at phase 1 and,
+since phase 2 reads only checkpoints, writes a byte-identical artifact.
+Under torchrun the same code runs on every rank (pipeline/distributed.py):
+samples and tensors are spread over the ranks; rank 0 owns the work dir and
+writes the artifact."""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..errors import OutputError
+from ..formats.metadata import build_metadata
+from ..io.atomic import replace_dir, write_json
+from ..io.hashing import sha256_file
+from ..io.hfconfig import artifact_config, quantization_entry
+from ..io.layout import to_artifact, to_hf
+from ..io.source import Source
+from ..io.writer import ShardWriter
+from ..recipe import WriteParams
+from ..stages import norm_fold, rotate
+from ..stages.affine import DTYPES, quantize_tensor
+from ..stages.untie import untie
+from .distributed import Dist
+from .graph import Plan, Unit
+from .workdir import RankWorkDir, WorkDir, fingerprint
+
+
+@dataclass
+class BuildResult:
+    output: Path
+    seconds: float
+    shards: list[str]
+    modules: dict
+    computed: list[str] = field(default_factory=list)  # units (re)computed this run
+
+
+def check_output(output: Path, recipe_name: str, force: bool) -> None:
+    meta = output / "optiq_metadata.json"
+    if output.exists() and not force:
+        prev = None
+        if meta.is_file():
+            try:
+                prev = json.loads(meta.read_text())["recipe"]["name"]
+            except (ValueError, KeyError):
+                prev = None
+        if prev != recipe_name:
+            raise OutputError(f"output directory {output} exists and is not a build of "
+                              f"recipe {recipe_name!r}",
+                              fix="choose another --output, delete it, or pass --force")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create the output's parent directory {output.parent}: "
+                          f"{e.strerror}", fix="choose a writable --output") from None
+
+
+def check_disk(plan: Plan, output: Path, workdir: Path) -> None:
+    """Refuse to start when the target filesystems cannot hold what the build writes."""
+    from .graph import estimate_sizes
+
+    sizes = estimate_sizes(plan)
+    need: dict[int, tuple[Path, int]] = {}
+    for path, n in ((output.parent, sizes["output"]), (workdir, sizes["workdir"])):
+        p = path
+        while not p.exists():
+            p = p.parent
+        dev = p.stat().st_dev
+        need[dev] = (p, need.get(dev, (p, 0))[1] + n)
+    for p, n in need.values():
+        free = shutil.disk_usage(p).free
+        if free < n:
+            raise OutputError(
+                f"not enough disk space at {p}: the build writes about {n / 2**30:.2f} GiB, "
+                f"{free / 2**30:.2f} GiB are free",
+                fix="free space, choose another --output/--workdir, or pass --ignore-disk")
+
+
+def _temp_dir(output: Path) -> Path:
+    tmp = output.with_name(f".{output.name}.building")
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    except OSError as e:
+        raise OutputError(f"output location {output.parent} is not writable: {e.strerror}",
+                          fix="choose a writable --output") from None
+    return tmp
+
+
+def fold_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
+              ) -> dict[str, torch.Tensor]:
+    """Source tensors of one unit -> folded float32 tensors, HF names."""
+    fam = plan.family
+    if unit.kind == "head":
+        t = {unit.keys[0]: source.get(unit.keys[0])}
+        if not plan.emits_lm_head:
+            return t
+        head = source.get(unit.keys[1])
+        t[f"{fam.lm_head}.weight"] = untie(head) if plan.tied else head
+        if plan.has("norm_fold"):
+            norm_fold.fold_final(t, fam)
+        if r1 is not None:
+            key = f"{fam.lm_head}.weight"
+            t[key] = rotate.rotate_readers_input(t[key], r1)
+        return t
+    t = {k: source.get(k) for k in unit.keys}
+    if unit.kind == "mtp":
+        from ..stages.mtp import fold_mtp
+
+        return fold_mtp(t, plan, r1)
+    if unit.kind == "extra" and r1 is not None and fam.vision_seams:
+        from ..stages.mtp import fold_vision_seams
+
+        fold_vision_seams(t, fam, r1)
+    if unit.kind == "embed" and r1 is not None:
+        t[unit.keys[0]] = rotate.rotate_readers_input(t[unit.keys[0]], r1)
+    elif unit.kind == "layer":
+        rotate.fold_decoder_layer(t, plan, f"{fam.layer_prefix}{unit.index}.", r1,
+                                  rotate.R2_LANE_BASE + unit.index)
+    return t
+
+
+class Builder:
+    """One build: fingerprints, calibration state, unit computation, assembly."""
+
+    def __init__(self, plan: Plan, source: Source, wd: WorkDir, *, device: str = "cpu",
+                 log=print, progress: bool = True, events=None, dist: Dist | None = None):
+        self.dist = dist or Dist(device=device)
+        lead = self.dist.lead
+        self.plan, self.source = plan, source
+        self.own_wd = wd  # rank 0's own view, for assembling the artifact
+        self.wd = wd if self.dist.world == 1 else RankWorkDir(wd, self.dist)
+        self.device, self.log, self.progress = device, log, progress and lead
+        self.events = (events if lead else None) or (lambda event, **fields: None)
+        self.fam = plan.family
+        self.write = plan.recipe.stage("write") or WriteParams()
+        self.dtype = DTYPES[self.write.dtype]
+        self.calib = plan.recipe.stage("calibrate")
+        q = plan.quantize
+        self.hessian_units = set()
+        if self.calib is not None and q is not None:
+            for module, spec in plan.specs.items():
+                unit = self._unit_of_module(module)
+                # embeddings are a lookup, not a product: no Hessian, RTN
+                if spec.uses_hessian and spec.format in ("affine", "trellis") \
+                        and unit != "embed":
+                    self.hessian_units.add(unit)
+        self.r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) if plan.r1_on else None
+        self.source_hashes = source.file_hashes()  # hashed once per build (large files)
+        self.src_fp = fingerprint(self.source_hashes)
+        stage_params = {s.name: s.params.model_dump() for s in plan.recipe.stages
+                        if s.name in ("untie", "norm_fold", "rotate")}
+        self.fold_fp = fingerprint(self.fam.model_type, stage_params, self.write.dtype)
+        self.ids: np.ndarray | None = None
+        self.token_sha: str | None = None
+        self.runner = None
+        self.x: torch.Tensor | None = None  # activations entering the next layer
+        self.x_layer = -1  # those activations come after this layer (-1: embeddings)
+        self.act_fp: dict[int, str] = {}
+        self._pending_y: torch.Tensor | None = None  # layer output from the Hessian pass
+
+    # ---- fingerprints ---------------------------------------------------------
+    def _unit_of_module(self, module: str) -> str:
+        from .graph import _unit_of
+
+        return _unit_of(self.plan, module + ".weight")
+
+    def unit_specs(self, unit: Unit) -> dict:
+        mine = {m: s.model_dump() for m, s in self.plan.specs.items()
+                if self._unit_of_module(m) == unit.name}
+        return dict(sorted(mine.items()))
+
+    def unit_fp(self, unit: Unit) -> str:
+        uses_h = unit.name in self.hessian_units
+        upstream = self.act_fp[unit.index - 1] if uses_h else None
+        guard = self.plan.quantize.guard.model_dump() if self.plan.quantize else None
+        return fingerprint("unit-v1", unit.name, self.src_fp, self.fold_fp,
+                           self.unit_specs(unit), guard, upstream)
+
+    # ---- calibration ----------------------------------------------------------
+    def start_calibration(self) -> None:
+        from ..stages.calib_data import calibration_ids, token_hash
+        from ..stages.layer_forward import LayerRunner
+
+        p = self.calib
+        on_gpu = p.source.self_generated and torch.device(self.device).type == "cuda"
+        # tokens sampled on a GPU are other tokens: their own cache entry
+        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude={"keep", "hessians"}),
+                          *(["sampled-on-cuda"] if on_gpu else []))
+        ids = None
+        if self.dist.lead:  # the other ranks take rank 0's tokens
+            f = self.wd.calib_file(cfp)
+            if f.is_file():
+                ids = np.load(f)
+            else:
+                where = self.plan.recipe.line_of("stages")
+                ids = calibration_ids(p, self.source.path, where, log=self.log,
+                                      device=self.device if on_gpu else "cpu")
+                self.wd.save_calib(cfp, ids)
+        self.ids = self.dist.share(ids)
+        self.token_sha = token_hash(self.ids)
+        self.runner = LayerRunner(self.plan.config, self.fam, self.device)
+        self.act_fp[-1] = fingerprint("acts-v1", self.src_fp, self.fold_fp, self.token_sha)
+        mode = p.hessians
+        for i in range(self.plan.num_layers):
+            unit = self.plan.units[i + 1]
+            link = self.unit_fp(unit) if mode == "propagate" else i
+            self.act_fp[i] = fingerprint(self.act_fp[i - 1], mode, link)
+
+    def embeddings(self) -> torch.Tensor:
+        w = fold_unit(self.plan, self.source, self.plan.units[0], self.r1)
+        return self.runner.embed(w[f"{self.fam.embed}.weight"], torch.from_numpy(self.ids))
+
+    def acts_before(self, i: int) -> torch.Tensor:
+        """This rank's activations entering layer i, from memory, the work dir, or
+        recomputed."""
+        if self.x is not None and self.x_layer == i - 1:
+            return self.x
+        j = i - 1
+        x = None
+        while j >= 0:
+            x = self.wd.load_acts(j, self.act_fp[j])
+            if x is not None:
+                break
+            j -= 1
+        if x is None:
+            x = self.embeddings()
+        x = self.dist.mine(x)
+        for k in range(j + 1, i):  # replay forward-only through layers without saved acts
+            layer = self._layer_for_forward(k)
+            x = self.runner.run(k, layer, x)
+            self._save_acts(k, x)
+        self.x, self.x_layer = x, i - 1
+        return x
+
+    def _save_acts(self, i: int, x: torch.Tensor) -> None:
+        self.wd.save_acts(i, self.act_fp[i], self.dist.gather_samples(x, len(self.ids)))
+
+    def _layer_for_forward(self, i: int):
+        unit = self.plan.units[i + 1]
+        hf = fold_unit(self.plan, self.source, unit, self.r1)
+        if self.calib.hessians == "propagate":
+            cached = self.wd.load_unit(unit.name, self.unit_fp(unit))
+            hf.update(self._dequantized_hf(cached[0]))
+        return self._materialise(i, hf)
+
+    def _materialise(self, i: int, hf: dict[str, torch.Tensor]):
+        """Layer i as a transformers module from HF-named (checkpoint) tensors."""
+        pre = f"{self.fam.layer_prefix}{i}."
+        return self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
+
+    def _dequantized_hf(self, art: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        from ..formats.dequant import dequantize_module, module_entry
+
+        deq = {}
+        for name, t in art.items():
+            module = name[: -len(".weight")]
+            if name.endswith(".weight") and f"{module}.scales" in art:
+                deq[name] = dequantize_module(t, art[f"{module}.scales"],
+                                              art.get(f"{module}.biases"),
+                                              module_entry(self.plan.specs[module]))
+            elif not name.endswith((".scales", ".biases")):
+                deq[name] = t.float()
+        return to_hf(self.fam, deq)
+
+    # ---- computing one unit -----------------------------------------------------
+    def compute(self, unit: Unit, bar) -> tuple[dict[str, torch.Tensor], dict]:
+        t0 = time.perf_counter()
+        hf = fold_unit(self.plan, self.source, unit, self.r1)
+        hessians: dict[str, torch.Tensor] = {}
+        if unit.name in self.hessian_units and unit.kind == "layer":
+            hessians = self._layer_hessians(unit, hf, bar)
+        elif unit.name in self.hessian_units and unit.kind == "head":
+            hessians = self._head_hessian(hf)
+        bar.set_postfix_str(f"{unit.name}: quantize")
+        art = to_artifact(self.fam, hf)
+        done = self._quantize_all(art, hessians)
+        out: dict[str, torch.Tensor] = {}
+        modules: dict[str, dict] = {}
+        for name, t in art.items():
+            module = name[: -len(".weight")]
+            if module not in done or not name.endswith(".weight"):
+                out[name] = t.to(self.dtype)
+                continue
+            tensors, record = done[module]
+            if record.get("guard_events"):
+                self._dump_failing(module, self._hessians_for(module, t, hessians),
+                                   record["guard_events"])
+            modules[module] = record
+            out.update(tensors)
+        if unit.kind == "layer" and self.runner is not None:
+            self._advance(unit, hf, out)
+        return out, {"modules": modules, "seconds": round(time.perf_counter() - t0, 3)}
+
+    def _quantize_all(self, art: dict[str, torch.Tensor], hessians: dict) -> dict:
+        """module -> (tensors, record) for every quantized tensor of a unit; with
+        several ranks each quantizes its share (by estimated cost) and all get all."""
+        jobs = {}
+        for name, t in art.items():
+            module = name[: -len(".weight")]
+            spec = self.plan.specs.get(module) if name.endswith(".weight") else None
+            if spec is not None:
+                jobs[module] = (name, t, spec)
+        owner = self.dist.assign([(m, quant_cost(t, spec)) for m, (_, t, spec) in jobs.items()])
+        done = {}
+        for module, (name, t, spec) in jobs.items():
+            if owner[module] != self.dist.rank:
+                continue
+            hs = self._hessians_for(module, t, hessians)
+            done[module] = quantize_tensor(name, t.to(self.device), spec, self.dtype, hs,
+                                           self.plan.quantize.guard)
+        if self.dist.world > 1:
+            mine = {m: ({k: v.cpu() for k, v in ts.items()}, rec) for m, (ts, rec) in done.items()}
+            done = {}
+            for part in self.dist.all_objects(mine):
+                done.update(part)
+        return done
+
+    def _layer_hessians(self, unit: Unit, hf: dict, bar) -> dict[str, torch.Tensor]:
+        from ..stages.hessian import HessianCapture
+
+        i = unit.index
+        x = self.acts_before(i)
+        pre = f"{self.fam.layer_prefix}{i}."
+        layer = self._materialise(i, hf)
+        bar.set_postfix_str(f"{unit.name}: hessians")
+        cap = HessianCapture(layer, self.calib.seq_len, reducer=self.dist)
+        ys = []
+        for j in range(self.dist.rounds(len(self.ids))):  # one sample per rank per round
+            if j < x.shape[0]:
+                ys.append(self.runner.run(i, layer, x[j:j + 1], on_sample=cap.start_batch))
+            cap.end_sample()
+        cap.close()
+        y = torch.cat(ys) if ys else x[:0]
+        self._pending_y = y  # original-mode output, reused by _advance
+        return {f"{pre}{name}": cap.for_module(name) for name in cap.alias}
+
+    def _head_hessian(self, hf: dict) -> dict[str, torch.Tensor]:
+        x = self.acts_before(self.plan.num_layers)
+        norm_w = hf[f"{self.fam.final_norm}.weight"].to(x.device)
+        eps = float(self.plan.config.get("rms_norm_eps", 1e-6))
+        gain = 1.0 + norm_w if self.fam.zero_centred_norms else norm_w
+        acc: dict[str, torch.Tensor] = {}
+        for j in range(self.dist.rounds(len(self.ids))):  # per sample, in sample order
+            parts = {}
+            if j < x.shape[0]:
+                xs = x[j]
+                xn = (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * gain).double()
+                parts["h"] = [xn]  # the factor: the reducer adds xnᵀxn
+            self.dist.ordered_add(acc, {}, parts, {})
+        self.dist.finish(acc)
+        return {f"{self.fam.lm_head}.weight": acc["h"]}
+
+    def _hessians_for(self, module: str, t: torch.Tensor, hessians: dict
+                      ) -> list[torch.Tensor | None] | None:
+        if not hessians:
+            return None
+        hf_name = module[len(self.fam.artifact_prefix):] if self.fam.artifact_prefix else module
+        if t.ndim == 2:
+            return [hessians.get(hf_name + ".weight", hessians.get(hf_name))]
+        base, proj = hf_name.rsplit(".switch_mlp.", 1)
+        return [hessians.get(f"{base}.experts.{e}.{proj}") for e in range(t.shape[0])]
+
+    def _dump_failing(self, module: str, hs, events) -> None:
+        if hs and any(e["event"] in ("cholesky_failed", "scale_diverged") for e in events):
+            tensors = {f"H{i}": h for i, h in enumerate(hs) if h is not None}
+            if tensors:
+                self.wd.save_debug(module.replace("/", "_"), tensors, {"events": events})
+
+    def _advance(self, unit: Unit, hf: dict, quantized: dict) -> None:
+        """Activations after this layer: the unquantized layer's (original) or the
+        quantized layer's (propagate)."""
+        i = unit.index
+        y, self._pending_y = self._pending_y, None
+        if self.calib.hessians == "propagate" or y is None:
+            x = self.acts_before(i)
+            state = dict(hf)
+            if self.calib.hessians == "propagate":
+                state.update(self._dequantized_hf(quantized))
+            y = self.runner.run(i, self._materialise(i, state), x)
+        self._save_acts(i, y)
+        if self.calib.keep == "last":
+            self.wd.prune_acts(before=i)
+        self.x, self.x_layer = y, i
+
+    # ---- the whole build ----------------------------------------------------------
+    def run(self, rerun: set[int]) -> tuple[dict[str, str], list[str], dict]:
+        plan = self.plan
+        if self.calib is not None and self.hessian_units:
+            self.start_calibration()
+        forced = set()
+        for u in plan.units:
+            if u.kind == "layer" and u.index in rerun:
+                forced.add(u.name)
+                if self.calib is not None and self.calib.hessians == "propagate":
+                    forced.update(v.name for v in plan.units if v.index > u.index
+                                  and v.kind in ("layer", "head"))
+        fps, computed, stats = {}, [], {}
+        bar = tqdm(plan.units, desc=plan.recipe.name, unit="unit", disable=not self.progress,
+                   dynamic_ncols=True)
+        n_layers = plan.num_layers
+        for unit in bar:
+            where = (f"layer {unit.index + 1}/{n_layers}" if unit.kind == "layer" else unit.name)
+            bar.set_postfix_str(where)
+            fp = self.unit_fp(unit)
+            fps[unit.name] = fp
+            cached = None if unit.name in forced else self.wd.load_unit(unit.name, fp)
+            self.events("unit_start", unit=unit.name, cached=cached is not None)
+            if cached is None:
+                tensors, st = self.compute(unit, bar)
+                self.wd.save_unit(unit.name, fp, tensors, st)
+                computed.append(unit.name)
+                stats[unit.name] = st
+                del tensors
+                release_memory()
+            else:
+                stats[unit.name] = cached[1]
+            mods = stats[unit.name]["modules"]
+            errs = [m["proxy_rel_error"] for m in mods.values() if "proxy_rel_error" in m]
+            self.events("unit_end", unit=unit.name, cached=cached is not None,
+                        seconds=stats[unit.name].get("seconds"),
+                        mean_proxy_rel_error=sum(errs) / len(errs) if errs else None,
+                        guard_events=[e for m in mods.values()
+                                      for e in m.get("guard_events", [])])
+        return fps, computed, stats
+
+
+def quant_cost(t: torch.Tensor, spec) -> float:
+    """Relative work of quantizing one tensor, to spread a layer over ranks:
+    Viterbi ∝ weights × 2^L states, GPTQ/LDLQ ∝ weights × columns, RTN ∝ weights."""
+    n = float(t.numel())
+    if spec.format == "trellis":
+        return n * 2.0 ** spec.trellis.L
+    return n * t.shape[-1] if spec.uses_hessian else n
+
+
+def disk_full(e: BaseException) -> bool:
+    """ENOSPC/EDQUOT, also when a writer (safetensors' Rust one) wraps it."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(e)
+    return any(m in text for m in ("No space left on device", "os error 28",
+                                   "Disk quota exceeded", "os error 122"))
+
+
+def release_memory() -> None:
+    """Hand freed heap back to the OS between units (glibc keeps it otherwise), so
+    resident memory tracks the one unit in flight."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
+          gguf: Path | None = None, log=print, progress: bool = True,
+          workdir: Path | None = None, rerun_layers: set[int] | None = None,
+          device: str = "cpu", events=None, ignore_disk: bool = False,
+          dist: Dist | None = None) -> BuildResult:
+    t0 = time.perf_counter()
+    recipe = plan.recipe
+    output = Path(output)
+    dist = dist or Dist(device=device)
+    if dist.lead:
+        check_output(output, recipe.name, force)
+        if not ignore_disk:
+            check_disk(plan, output, Path(workdir or recipe.workdir))
+    wd = WorkDir(Path(workdir or recipe.workdir), recipe.name)
+    if dist.lead:
+        wd.lock()
+    try:
+        builder = Builder(plan, source, wd, device=dist.device, log=log, progress=progress,
+                          events=events, dist=dist)
+        builder.events("build_start", recipe=recipe.name, units=len(plan.units),
+                       ranks=dist.world)
+        fps, computed, stats = builder.run(set(rerun_layers or ()))
+        if not dist.lead:  # rank 0 assembles the artifact from its checkpoints
+            return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=[],
+                               modules={}, computed=computed)
+        shards, modules = assemble(builder, fps, output, gguf)
+        builder.events("build_end", recipe=recipe.name, computed=len(computed),
+                       seconds=round(time.perf_counter() - t0, 3))
+        from .build_report import write_report
+
+        write_report(wd.path, recipe.name, time.perf_counter() - t0, computed, stats, modules,
+                     "cuda" if str(device).startswith("cuda") else "cpu")
+    except Exception as e:
+        if disk_full(e):
+            raise OutputError(f"the disk filled up while writing ({output} or {wd.path})",
+                              fix="free space and run the same command again: finished "
+                              "units are checkpointed and the output was not touched") from None
+        raise
+    finally:
+        wd.unlock()
+    return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=shards,
+                       modules=modules, computed=computed)
+
+
+def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
+             ) -> tuple[list[str], dict]:
+    """Checkpoints -> shards + config + metadata in a temp dir, renamed into place."""
+    plan = b.plan
+    tmp = _temp_dir(output)
+    try:
+        writer = ShardWriter(tmp, b.write.shard_bytes)
+        modules: dict = {}
+        events: list = []
+        for unit in plan.units:
+            tensors, st = b.own_wd.load_unit(unit.name, fps[unit.name])
+            if unit.kind == "mtp":  # the companion: its own directory, HF layout
+                (tmp / "mtp").mkdir()
+                companion = ShardWriter(tmp / "mtp", b.write.shard_bytes)
+                for k, v in tensors.items():
+                    companion.add(k, v)
+                companion.finish()
+                continue
+            for k, v in tensors.items():
+                writer.add(k, v)
+            release_memory()
+            for m, rec in st["modules"].items():
+                modules[m] = rec
+                events += rec.get("guard_events", [])
+            del tensors
+        shards = writer.finish()
+        qp = plan.quantize
+        quant = quantization_entry(plan.specs, qp.default) if qp else None
+        cfg = artifact_config(plan.config, model_type=plan.family.artifact_model_type,
+                              untied=plan.tied and plan.has("untie"), quantization=quant,
+                              dtype=b.write.dtype)
+        write_json(tmp / "config.json", cfg)
+        for f in b.source.passthrough_files():
+            shutil.copyfile(f, tmp / f.name)
+        gguf_info = {"file": gguf.name, "sha256": sha256_file(gguf)} if gguf else None
+        calib = None
+        if b.calib is not None and b.token_sha is not None:
+            c = b.calib
+            kind = ("files" if c.source.files else "dataset" if c.source.dataset
+                    else "self_generated")
+            calib = {**c.model_dump(), "source": kind, "source_spec": c.source.model_dump(),
+                     "token_sha256": b.token_sha}
+        meta = build_metadata(plan, source_hashes=b.source_hashes, gguf=gguf_info,
+                              modules=modules, calibration=calib, guard_events=events)
+        write_json(tmp / "optiq_metadata.json", meta)
+        from ..formats.card import render_card
+        from ..inspect_artifact import inspect
+
+        bpw = inspect(tmp)["bits_per_weight"]
+        dev = "cuda" if str(b.device).startswith("cuda") else "cpu"
+        (tmp / "README.md").write_text(render_card(plan, meta, bpw, dev))
+        for f in tmp.rglob("*"):
+            f.chmod(0o755 if f.is_dir() else 0o644)
+        replace_dir(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return shards, modules

@@ -1,0 +1,111 @@
+"""Affine quantization of one artifact tensor into MLX's format: RTN, or GPTQ
+with the Hessian(s) of its input (one per expert for stacked experts)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..formats import mlx_affine
+from ..recipe import GuardParams, QuantSpec
+from .gptq import AffineResult, gptq_guarded, proxy_loss
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _one(w: torch.Tensor, spec: QuantSpec, h: torch.Tensor | None, guard: GuardParams,
+         dtype: torch.dtype) -> AffineResult:
+    if spec.method == "gptq" and h is not None:
+        return gptq_guarded(w, h, spec.bits, spec.group_size, damp=spec.damp,
+                            block_size=spec.block_size, act_order=spec.act_order,
+                            scale_ratio=guard.scale_ratio, max_damp=guard.max_damp,
+                            dtype=dtype)
+    q, s, b = mlx_affine.quantize_rtn(w, spec.bits, spec.group_size, dtype)
+    res = AffineResult(q=q, scales=s, biases=b, method="rtn")
+    if h is not None:
+        res.proxy_loss = res.rtn_proxy_loss = proxy_loss(
+            w, mlx_affine.dequantize(q, s, b, spec.group_size), h)
+    if spec.method == "gptq":
+        res.events = [{"event": "no_hessian_rtn"}]
+    return res
+
+
+def mx_dequant(q, scales, group_size: int, bits: int, mode: str, dtype):
+    """MLX's dequantized values in the artifact dtype, and the sha256 of their raw
+    bytes (recorded at build, checked by `tq-build verify`)."""
+    import hashlib
+
+    import mlx.core as mx
+
+    deq = mx.dequantize(q, scales, group_size=group_size, bits=bits, mode=mode).astype(dtype)
+    raw = bytes(memoryview(deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)))
+    return deq, hashlib.sha256(raw).hexdigest()
+
+
+def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
+                ) -> tuple[dict, dict]:
+    """MLX's microscaling formats (mxfp4 / nvfp4 / mxfp8), quantized by MLX itself
+    from the weight in the stored dtype, as `mlx_lm.convert` would."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        from ..errors import BadInput
+
+        raise BadInput(f"format {spec.format} (tensor {name}) is quantized with MLX, "
+                       "which is not installed", fix="pip install mlx (mlx[cpu] on Linux)"
+                       ) from None
+    import numpy as np
+
+    module = name[: -len(".weight")]
+    src = mx.array(w.detach().to(dtype).float().cpu().numpy()).astype(
+        {torch.bfloat16: mx.bfloat16, torch.float16: mx.float16}.get(dtype, mx.float32))
+    q, scales = mx.quantize(src, group_size=spec.group_, bits=spec.bits_, mode=spec.format)
+    deq, digest = mx_dequant(q, scales, spec.group_, spec.bits_, spec.format, src.dtype)
+    err = float(torch.linalg.norm(torch.from_numpy(np.array(deq.astype(mx.float32))) - w.cpu())
+                / torch.linalg.norm(w.cpu()).clamp_min(1e-30))
+    record = {"method": "rtn", "format": spec.format, "bits": spec.bits_,
+              "group_size": spec.group_, "proxy_rel_error": round(err, 6),
+              "dequant_sha256": digest}
+    return {name: torch.from_numpy(np.array(q)),
+            f"{module}.scales": torch.from_numpy(np.array(scales))}, record
+
+
+def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
+                    dtype: torch.dtype = torch.bfloat16,
+                    hessians: list[torch.Tensor | None] | None = None,
+                    guard: GuardParams = GuardParams()) -> tuple[dict, dict]:
+    """-> ({artifact tensors}, {module record for the metadata}).
+
+    `hessians` has one entry per matrix: one for a 2-D weight, one per expert
+    for a stacked [E, out, in] weight."""
+    module = name[: -len(".weight")]
+    if spec.format == "none":
+        return {name: w.to(dtype)}, {"method": "none", "format": str(dtype)[6:], "bits": 16}
+    if spec.mx:
+        return quantize_mx(name, w, spec, dtype)
+    if spec.format == "trellis":
+        from .trellis import quantize_trellis_tensor
+
+        return quantize_trellis_tensor(name, w, spec, hessians, guard or GuardParams())
+    mats = [w] if w.ndim == 2 else list(w.reshape(-1, *w.shape[-2:]))
+    hs = hessians or [None] * len(mats)
+    results = [_one(m, spec, h, GuardParams() if guard is None else guard, dtype)
+               for m, h in zip(mats, hs, strict=True)]
+    q = torch.stack([r.q.cpu() for r in results]).reshape(w.shape)
+    scales = torch.stack([r.scales.cpu() for r in results]).reshape(*w.shape[:-1], -1)
+    biases = torch.stack([r.biases.cpu() for r in results]).reshape(*w.shape[:-1], -1)
+    wq = mlx_affine.dequantize(q, scales, biases, spec.group_size)
+    words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.bits))
+    methods = sorted({r.method for r in results})
+    record = {"method": methods[0] if len(methods) == 1 else "+".join(methods),
+              "format": "affine", "bits": spec.bits, "group_size": spec.group_size,
+              "proxy_rel_error": round(mlx_affine.proxy_error(w.cpu(), wq.float()), 6),
+              "dequant_sha256": mlx_affine.dequant_hash(wq)}
+    if spec.method == "gptq" and hessians is not None:
+        record["damp"] = sorted({r.damp for r in results if r.damp is not None})
+        record["act_order"] = spec.act_order
+        record["hessian_proxy_loss"] = {"gptq_or_kept": sum(r.proxy_loss for r in results),
+                                        "rtn": sum(r.rtn_proxy_loss for r in results)}
+    events = [dict(e, module=module, matrix=i) for i, r in enumerate(results) for e in r.events]
+    if events:
+        record["guard_events"] = events
+    return {name: words, f"{module}.scales": scales, f"{module}.biases": biases}, record

@@ -1,0 +1,220 @@
+"""Trellis quantization of one weight matrix along its rotated axis, plain or
+with LDLQ (block LDL error feedback under the module's input Hessian).
+
+W is [out, in]. axis 1 codes each row (input dim) in T-blocks; axis 0 codes
+each column (output dim — down_proj's rotated axis) and is stored as Wᵀ. The
+per-sequence scale is the sequence's RMS in the original W, rounded to fp16
+and fixed before any feedback (DESIGN §8), so the Viterbi sees ~N(0, 1).
+
+LDLQ walks the input dim in groups G (the trellis block for axis 1; a group
+of columns whose output-dim sequences are coded whole for axis 0). With
+(H + δI)⁻¹ = UᵀU, U upper, the group's coding error E feeds the later
+columns as W[:, >G] −= E · U_GG⁻¹ · U_G,>G — GPTQ's lazy-batch update with
+the group quantized jointly by the Viterbi. Guard as GPTQ: a failed Cholesky
+or a feedback target whose peak exceeds `scale_ratio` × the original peak
+escalates δ ×10 up to `max_damp`, then falls back to the plain trellis;
+with `compare_plain` the plain code is also run and the lower proxy loss
+tr((W−Ŵ) H (W−Ŵ)ᵀ) under the undamped H is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..kernels.viterbi import code_tensor, quantize_blocks
+from .gptq import inverse_cholesky_upper, proxy_loss
+
+
+@dataclass
+class TrellisResult:
+    states: torch.Tensor  # int64, stored orientation [rows, cols]
+    scales: torch.Tensor  # fp16 [rows]
+    recon: torch.Tensor  # float32 [out, in]: f32(code) · f32(scale)
+    method: str  # "ldlq" | "plain"
+    damp: float | None = None
+    events: list[dict] = field(default_factory=list)
+    proxy_loss: float | None = None
+    plain_proxy_loss: float | None = None
+
+
+@dataclass(frozen=True)
+class Geometry:
+    L: int
+    k: int
+    T: int
+    code: str
+    axis: int
+    group: int  # LDLQ group along the input dim
+
+
+def sequence_scales(w: torch.Tensor, axis: int) -> torch.Tensor:
+    """fp16 RMS of every coded sequence (rows for axis 1, columns for axis 0)."""
+    return w.float().pow(2).mean(dim=1 if axis == 1 else 0).sqrt().to(torch.float16)
+
+
+def _code(x: torch.Tensor, scale: torch.Tensor, g: Geometry, table: torch.Tensor
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences x [n, len] with scales [n] -> (states [n, len], values [n, len] f32)."""
+    s = scale.float().to(x.device)
+    div = torch.where(s == 0, torch.ones_like(s), s)
+    xn = (x.float() / div[:, None]).reshape(-1, g.T)
+    states = quantize_blocks(xn, g.L, g.k, g.code).reshape(x.shape)
+    return states, table[states] * s[:, None]
+
+
+def _code_columns(w: torch.Tensor, cols: slice, scales: torch.Tensor, g: Geometry,
+                  table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Code W[:, cols] -> (states in stored orientation, values [out, |cols|])."""
+    if g.axis == 1:
+        return _code(w[:, cols], scales, g, table)
+    st, val = _code(w[:, cols].t(), scales[cols], g, table)
+    return st, val.t()
+
+
+def trellis_plain(w: torch.Tensor, g: Geometry) -> TrellisResult:
+    scales = sequence_scales(w, g.axis)
+    table = code_tensor(g.code, g.L, w.device)
+    seqs = w.float() if g.axis == 1 else w.float().t()
+    states, val = _code(seqs, scales, g, table)
+    recon = val if g.axis == 1 else val.t()
+    return TrellisResult(states=states, scales=scales, recon=recon.contiguous(), method="plain")
+
+
+def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
+              scale_ratio: float) -> TrellisResult | dict:
+    """One LDLQ pass; a guard event dict if it fails."""
+    out, cols = w.shape
+    W = w.double().clone()
+    H = h.double().to(w.device).clone()
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1.0
+    W[:, dead] = 0.0
+    U = inverse_cholesky_upper(H, damp)
+    if U is None:
+        return {"event": "cholesky_failed", "damp": damp}
+    scales = sequence_scales(w, g.axis)
+    table = code_tensor(g.code, g.L, w.device)
+    peak = float(w.abs().max())
+    states = torch.empty((out, cols) if g.axis == 1 else (cols, out), dtype=torch.int64,
+                         device=w.device)
+    recon = torch.empty(out, cols, dtype=torch.float32, device=w.device)
+    for a in range(0, cols, g.group):
+        b = min(a + g.group, cols)
+        blk = slice(a, b)
+        target_peak = float(W[:, blk].abs().max())
+        if peak > 0 and target_peak > scale_ratio * peak:
+            return {"event": "target_diverged", "damp": damp, "peak": target_peak,
+                    "original_peak": peak}
+        st, val = _code_columns(W, blk, scales, g, table)
+        if g.axis == 1:
+            states[:, blk] = st
+        else:
+            states[blk] = st
+        recon[:, blk] = val
+        if b < cols:
+            err = W[:, blk] - val.double()
+            feed = torch.linalg.solve_triangular(U[blk, blk], U[blk, b:], upper=True)
+            W[:, b:] -= err @ feed
+    return TrellisResult(states=states, scales=scales, recon=recon, method="ldlq", damp=damp)
+
+
+def trellis_guarded(w: torch.Tensor, h: torch.Tensor | None, g: Geometry, *,
+                    damp: float = 0.01, scale_ratio: float = 4.0, max_damp: float = 10.0,
+                    compare_plain: bool = False) -> TrellisResult:
+    if h is None:
+        return trellis_plain(w, g)
+    h = h.to(w.device)
+    events: list[dict] = []
+    d = damp
+    res: TrellisResult | None = None
+    while d <= max_damp * (1 + 1e-9):
+        got = ldlq_core(w, h, g, d, scale_ratio)
+        if isinstance(got, dict):
+            events.append(got)
+            d *= 10
+            continue
+        res = got
+        if events:
+            events.append({"event": "recovered", "damp": d})
+        break
+    if res is None:
+        events.append({"event": "fallback_plain"})
+        res = trellis_plain(w, g)
+    res.proxy_loss = proxy_loss(w, res.recon, h)
+    if compare_plain and res.method == "ldlq":
+        plain = trellis_plain(w, g)
+        plain.proxy_loss = plain.plain_proxy_loss = proxy_loss(w, plain.recon, h)
+        res.plain_proxy_loss = plain.proxy_loss
+        if plain.proxy_loss < res.proxy_loss:
+            events.append({"event": "plain_better", "ldlq_loss": res.proxy_loss,
+                           "plain_loss": plain.proxy_loss})
+            res = plain
+    res.events = events
+    return res
+
+
+def geometry(spec) -> Geometry:
+    tp = spec.trellis
+    return Geometry(L=tp.L, k=spec.bits, T=tp.T, code=tp.code, axis=int(tp.axis),
+                    group=tp.T if int(tp.axis) == 1 else tp.ldlq_group)
+
+
+def quantize_trellis_tensor(name: str, w: torch.Tensor, spec, hessians, guard
+                            ) -> tuple[dict, dict]:
+    """One artifact tensor (2-D, or stacked experts [E, out, in]) -> packed words
+    + fp16 scales, and the module record (with the reconstruction hash)."""
+    import numpy as np
+
+    from ..formats import trellis as fmt
+
+    module = name[: -len(".weight")]
+    g = geometry(spec)
+    mats = [w] if w.ndim == 2 else list(w.reshape(-1, *w.shape[-2:]))
+    hs = hessians or [None] * len(mats)
+    use_h = spec.method == "ldlq"
+    results = [trellis_guarded(m.float(), h if use_h else None, g, damp=spec.damp,
+                               scale_ratio=guard.scale_ratio, max_damp=guard.max_damp,
+                               compare_plain=guard.compare_plain)
+               for m, h in zip(mats, hs, strict=True)]
+    words, scales, recon_stored = [], [], []
+    for r in results:
+        wd = fmt.pack_tensor(r.states, g.k, g.T)
+        words.append(fmt.interleave(wd, g.k, g.T) if spec.trellis.interleave else wd)
+        scales.append(r.scales.cpu().numpy())
+        rec = r.recon.cpu().numpy()
+        recon_stored.append(rec if g.axis == 1 else rec.T)
+    lead = tuple(w.shape[:-2])
+    packed = np.stack(words).reshape(*lead, *words[0].shape)
+    sc = np.stack(scales).reshape(*lead, -1)
+    recon = torch.from_numpy(np.stack([r.recon.cpu().numpy() for r in results])).reshape(w.shape)
+    err = float(torch.linalg.norm(recon - w.cpu().float())
+                / torch.linalg.norm(w.cpu().float()).clamp_min(1e-30))
+    methods = sorted({r.method for r in results})
+    record = {"method": methods[0] if len(methods) == 1 else "+".join(methods),
+              "format": "trellis", "bits": g.k, "group_size": g.T,
+              "trellis": trellis_entry(spec), "scale": "rms-fp16",
+              "proxy_rel_error": round(err, 6),
+              "recon_sha256": fmt.recon_hash(np.stack(recon_stored))}
+    if use_h and hessians is not None:
+        record["damp"] = sorted({r.damp for r in results if r.damp is not None})
+        record["hessian_proxy_loss"] = {"kept": sum(r.proxy_loss or 0 for r in results)}
+        if guard.compare_plain:
+            record["hessian_proxy_loss"]["plain"] = sum(r.plain_proxy_loss or 0
+                                                        for r in results)
+    events = [dict(e, module=module, matrix=i) for i, r in enumerate(results) for e in r.events]
+    if use_h and hessians is None:
+        events.append({"event": "no_hessian_plain", "module": module})
+    if events:
+        record["guard_events"] = events
+    return {name: torch.from_numpy(packed),
+            f"{module}.scales": torch.from_numpy(sc)}, record
+
+
+def trellis_entry(spec) -> dict:
+    from ..formats.trellis import VERSION
+
+    tp = spec.trellis
+    return {"L": tp.L, "code": tp.code, "axis": int(tp.axis), "interleave": tp.interleave,
+            "version": VERSION}
