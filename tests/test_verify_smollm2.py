@@ -48,8 +48,12 @@ def built(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("name", ["smol-verify-affine", "smol-verify-trellis"])
-@pytest.mark.parametrize("locked", [False, True])
+# plain verify on one, --locked (every plain check, then the lock) on the other, and
+# the reverse: each artifact kind through both modes in four CLI runs
+@pytest.mark.parametrize("name,locked", [("smol-verify-affine", False),
+                                         ("smol-verify-trellis", True),
+                                         ("smol-verify-affine", True),
+                                         ("smol-verify-trellis", False)])
 def test_verify_real_smollm2(built, name, locked):
     p = cli(built, "verify", f"out/{name}", *(["--locked"] if locked else []))
     assert p.returncode == 0, p.stdout + p.stderr[-2000:]
