@@ -270,3 +270,29 @@ def test_pack_tensor_equals_the_numpy_reference(k, T):
     assert np.array_equal(fmt.pack_tensor(torch.from_numpy(states), k, T), want)
     if CUDA:
         assert np.array_equal(fmt.pack_tensor(torch.from_numpy(states).cuda(), k, T), want)
+
+
+@pytest.mark.parametrize("axis", [1, 0])
+def test_scale_refit_never_increases_the_proxy(axis):
+    from tqbuild.kernels.viterbi import code_tensor
+    from tqbuild.stages.trellis_refit import refit_scales
+
+    g = torch.Generator().manual_seed(21 + axis)
+    w = 0.02 * torch.randn(64, 128, generator=g)
+    xs = torch.randn(512, 128, generator=g) @ (torch.eye(128) + 0.05 * torch.randn(
+        128, 128, generator=g))
+    h = (xs.T @ xs).double()
+    geo = Geometry(L=12, k=2, T=64, code="1mad", axis=axis, group=64)
+    r = trellis_guarded(w, h, geo, damp=0.01)
+    codes = code_tensor("1mad", 12, w.device)[r.states]
+    codes = codes if axis == 1 else codes.T
+    before = proxy_loss(w, r.recon, h)
+    new = refit_scales(w, codes, r.scales, h, axis)
+    assert new.dtype == torch.float16 and new.shape == r.scales.shape
+    recon = codes * (new.float()[:, None] if axis == 1 else new.float()[None, :])
+    after = proxy_loss(w, recon, h)
+    assert after <= before and after < 0.999 * before, (before, after)
+    # already optimal scales are kept
+    again = refit_scales(w, codes, new, h, axis)
+    recon2 = codes * (again.float()[:, None] if axis == 1 else again.float()[None, :])
+    assert proxy_loss(w, recon2, h) <= after
