@@ -4,6 +4,7 @@ declared (a build used to crash at its report plot without matplotlib)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import venv
 from pathlib import Path
@@ -38,7 +39,12 @@ def test_pyproject_only_install_builds(tmp_path):
 
     # the same torch as this environment first (a bare `torch` would pull a CUDA build)
     pip(f"torch=={torch.__version__.split('+')[0]}")
-    pip(str(ROOT))
+    # from a copy: setuptools writes build/ beside the pyproject it builds
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ROOT / "tqbuild", pkg / "tqbuild",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", pkg / "pyproject.toml")
+    pip(str(pkg))
     src = save_bf16(make_model("llama"), tmp_path / "src")
     (tmp_path / "r.yaml").write_text(RECIPE.format(src=src))
     p = subprocess.run([str(env_dir / "bin" / "tq-build"), "r.yaml", "--no-lock"],

@@ -164,9 +164,10 @@ def _cli(argv, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_bad_paths_in_recipes_exit_2_with_line_and_fix(tmp_path, tiny_src, capsys):
+def test_bad_paths_in_recipes_exit_2_with_line_and_fix(tmp_path, tiny_src, capsys, monkeypatch):
     import json
 
+    monkeypatch.chdir(tmp_path)  # relative paths land here, never in the checkout
     row = {"2": 1.0, "3": 0.5, "4": 0.25}
     (tmp_path / "k.json").write_text(json.dumps(
         {f"model.layers.{i}.mlp.up_proj": row for i in range(2)}))
@@ -198,7 +199,8 @@ def test_bad_paths_in_recipes_exit_2_with_line_and_fix(tmp_path, tiny_src, capsy
 
 
 @pytest.mark.parametrize("opt", ["--output", "--workdir", "--log-json", "--set"])
-def test_bad_paths_from_the_command_line_exit_2(tmp_path, tiny_src, capsys, opt):
+def test_bad_paths_from_the_command_line_exit_2(tmp_path, tiny_src, capsys, opt, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths land here, never in the checkout
     r = tmp_path / "r.yaml"
     r.write_text(PATH_RECIPE.format(src=tiny_src).split("      rules:")[0])
     for bad in bad_paths(tmp_path, random.Random(7)):
