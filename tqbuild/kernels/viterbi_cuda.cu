@@ -8,10 +8,13 @@
 // the torch path's bit for bit.
 //
 // Layout: J = 2^(L−k) predecessor classes j; the predecessors of the states
-// whose top L−k bits are j' are j' + c·J. Thread tid owns classes j = tid + i·NT
-// and for each computes min_c cost_{t−1}[j + c·J] — its costs never leave
+// whose top L−k bits are j' are j' + c·J. Each thread computes min_c
+// cost_{t−1}[j + c·J] for the classes it owns — its costs never leave
 // registers; only the J best costs go through shared memory, once per step.
-// Backpointers (c, one byte per class and step) go to global memory.
+// Strided ownership (j = tid + i·NT) at L = 12 and L = 16, k = 1; at L = 16,
+// k ≥ 2 a thread owns groups of C consecutive classes, whose C·C states share
+// their C predecessor costs. Backpointers (c, one byte per class and step) go
+// to global memory.
 
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -62,18 +65,21 @@ __device__ __forceinline__ float Codes<1>::operator()(uint32_t s) const {
   return mad_code(s * 34038481u + 76625530u);
 }
 
+// two best-cost buffers when they fit (one barrier a step), else one buffer and
+// the new costs staged in registers (two barriers a step)
+__host__ __device__ constexpr bool double_buffered(int L, int K) {
+  return 2 * (1 << (L - K)) * 4 <= 160 * 1024;
+}
+
 template <int L, int K, int NT, int MODE>
 __global__ void __launch_bounds__(NT)
-viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__ table,
-                          const float* __restrict__ mad_vals, int T,
+viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__ table, int T,
                           uint8_t* __restrict__ bp_all, int64_t* __restrict__ states_out) {
   constexpr int C = 1 << K;
   constexpr int J = 1 << (L - K);
   constexpr int G = J / NT;  // classes per thread
   static_assert(J % NT == 0, "NT must divide J");
-  // two best-cost buffers when they fit (one barrier a step), else one buffer
-  // and the new costs staged in registers (two barriers a step)
-  constexpr bool DOUBLE = 2 * J * 4 <= 160 * 1024;
+  constexpr bool DOUBLE = double_buffered(L, K);
   constexpr int NG = J / C;  // groups of C classes
   constexpr bool GROUPED = L == 16 && K >= 2;
   static_assert(!GROUPED || (DOUBLE && NG % NT == 0), "grouped layout");
@@ -139,31 +145,28 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             *reinterpret_cast<float4*>(nxt + j0 * C + q) =
                 make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
           uint8_t* dst = bp + (int64_t)t * J + j0 * C;
+          static_assert(C == 4 || C == 8 || C == 16, "grouped layout: k = 2, 3, 4");
           if constexpr (C == 4) *reinterpret_cast<uint32_t*>(dst) = packed[0];
           else if constexpr (C == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
-          else if constexpr (C == 16)
-            *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-          else
-#pragma unroll
-            for (int bb = 0; bb < C; ++bb) dst[bb] = (packed[bb / 4] >> (8 * (bb % 4))) & 0xff;
+          else *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
         }
       } else {
 #pragma unroll
-      for (int i = 0; i < G; ++i) {
-        const int j = tid + i * NT;
-        float mv = 0.f;
-        int arg = 0;
+        for (int i = 0; i < G; ++i) {
+          const int j = tid + i * NT;
+          float mv = 0.f;
+          int arg = 0;
 #pragma unroll
-        for (int c = 0; c < C; ++c) {
-          const uint32_t s = j + c * J;
-          const float d = __fsub_rn(code(s), xv);
-          const float v = __fadd_rn(__fmul_rn(d, d), cur[s >> K]);
-          if (c == 0 || v < mv) { mv = v; arg = c; }
+          for (int c = 0; c < C; ++c) {
+            const uint32_t s = j + c * J;
+            const float d = __fsub_rn(code(s), xv);
+            const float v = __fadd_rn(__fmul_rn(d, d), cur[s >> K]);
+            if (c == 0 || v < mv) { mv = v; arg = c; }
+          }
+          if constexpr (DOUBLE) nxt[j] = mv;
+          else m[i] = mv;
+          bp[(int64_t)t * J + j] = (uint8_t)arg;
         }
-        if constexpr (DOUBLE) nxt[j] = mv;
-        else m[i] = mv;
-        bp[(int64_t)t * J + j] = (uint8_t)arg;
-      }
       }
       __syncthreads();
       if constexpr (DOUBLE) {
@@ -220,27 +223,29 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 }
 
 template <int L, int K, int NT, int MODE>
-static int launch_one(const float* x, const float* table, const float* mad_vals, int B, int T,
-                      uint8_t* bp, int64_t* states, cudaStream_t stream) {
+static int launch_one(const float* x, const float* table, int B, int T, uint8_t* bp,
+                      int64_t* states, cudaStream_t stream) {
   constexpr int J = 1 << (L - K);
-  constexpr bool DOUBLE = 2 * J * 4 <= 160 * 1024;
-  size_t smem = sizeof(float) * ((DOUBLE ? 2 * J : J) + T) + sizeof(int) * T + 8 * (NT / 32);
+  // the kernel's shared memory: best costs, x, states, the reduction's (cost, state)
+  size_t smem = sizeof(float) * ((double_buffered(L, K) ? 2 * J : J) + T) + sizeof(int) * T +
+                8 * (NT / 32);
   auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem);
   if (e != cudaSuccess) return (int)e;
-  kern<<<B, NT, smem, stream>>>(x, table, mad_vals, T, bp, states);
+  kern<<<B, NT, smem, stream>>>(x, table, T, bp, states);
   return (int)cudaGetLastError();
 }
 
-#define CASE(L_, K_, NT_)                                                                   \
-  if (L == L_ && k == K_)                                                                   \
-    return mode == 1 ? launch_one<L_, K_, NT_, 1>(x, table, mad_vals, B, T, bp, states, s)  \
-                     : launch_one<L_, K_, NT_, 0>(x, table, mad_vals, B, T, bp, states, s);
+// mode 1: 1MAD computed in registers; mode 0: any code from its table
+#define CASE(L_, K_, NT_)                                                       \
+  if (L == L_ && k == K_)                                                       \
+    return mode == 1 ? launch_one<L_, K_, NT_, 1>(x, table, B, T, bp, states, s) \
+                     : launch_one<L_, K_, NT_, 0>(x, table, B, T, bp, states, s);
 
-extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, const float* mad_vals,
-                                     int B, int T, int L, int k, int mode, uint8_t* bp,
-                                     int64_t* states, void* stream) {
+extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, int B, int T, int L,
+                                     int k, int mode, uint8_t* bp, int64_t* states,
+                                     void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   CASE(12, 1, 256) CASE(12, 2, 256) CASE(12, 3, 256) CASE(12, 4, 256)
   CASE(16, 1, 1024) CASE(16, 2, 1024) CASE(16, 3, 512) CASE(16, 4, 256)

@@ -15,7 +15,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 SOURCE = Path(__file__).with_suffix(".cu")
@@ -57,7 +56,7 @@ def _build() -> ctypes.CDLL:
     dll = ctypes.CDLL(str(lib))
     f = dll.tq_viterbi_tailbiting
     f.restype = ctypes.c_int
-    f.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3
+    f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3
     return dll
 
 
@@ -77,20 +76,12 @@ def available(x: torch.Tensor, L: int, k: int) -> bool:
     return True
 
 
-def _mad_values(device) -> torch.Tensor:
-    """1MAD's value for every byte sum 0..1020, as code_1mad computes it."""
-    total = np.arange(1021, dtype=np.float32)
-    v = ((total - np.float32(510)) / np.float32(147.800537109375)).astype(np.float32)
-    return torch.from_numpy(v).to(device)
-
-
 def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, code: str
                        ) -> torch.Tensor:
     """x [B, T] float32 (CUDA, finite) -> int64 states [B, T], both passes fused."""
     B, T = x.shape
     x = x.contiguous()
-    mode = 1 if code == "1mad" and os.environ.get("TQBUILD_VITERBI_MODE", "") != "0" else 0
-    mad = _mad_values(x.device)
+    mode = 1 if code == "1mad" else 0  # 1MAD computed in registers, else the table
     table = table.contiguous()
     out = torch.empty(B, T, dtype=torch.int64, device=x.device)
     per = T * 2 ** (L - k)
@@ -99,8 +90,8 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     stream = torch.cuda.current_stream(x.device).cuda_stream
     for a in range(0, B, chunk):
         n = min(chunk, B - a)
-        rc = _lib.tq_viterbi_tailbiting(x[a:].data_ptr(), table.data_ptr(), mad.data_ptr(), n,
-                                        T, L, k, mode, bp.data_ptr(), out[a:].data_ptr(),
+        rc = _lib.tq_viterbi_tailbiting(x[a:].data_ptr(), table.data_ptr(), n, T, L, k, mode,
+                                        bp.data_ptr(), out[a:].data_ptr(),
                                         ctypes.c_void_p(stream))
         if rc != 0:
             raise RuntimeError(f"CUDA Viterbi launch failed (cudaError {rc})")
