@@ -45,10 +45,13 @@ def _prepare(recipe_path: Path, workdir: Path | None, overrides: list[str] | Non
                      where="--workdir" if workdir else recipe.line_of("workdir"),
                      fix="choose a writable directory with a plain name (the recipe's "
                      "`workdir:` or --workdir)")
-    user_output(output, recipe)  # before any slow step
+    out = creatable(output or recipe.output, what="output directory",  # before any slow step
+                    where="--output" if output else recipe.line_of("output"),
+                    fix="choose a writable directory with a plain name (the recipe's "
+                    "`output:` or --output)")
     src_dir, gguf = resolve_source(recipe, root / "cache", log=_log)
     source = Source(src_dir, trust_remote_code=recipe.source.trust_remote_code)
-    return recipe, compile_plan(recipe, source), source, gguf
+    return recipe, compile_plan(recipe, source), source, gguf, out
 
 
 @app.command()
@@ -107,10 +110,9 @@ def build(
     dist = Dist() if launcher else Dist.from_env(device)
     if not dist.lead:  # rank 0 resolves first (a GGUF source is imported once)
         dist.share(None)
-    r, plan, source, gguf = _prepare(recipe, workdir, set_, output)  # bad input: exit 2
+    r, plan, source, gguf, out = _prepare(recipe, workdir, set_, output)  # bad input: exit 2
     if dist.lead:
         dist.share(None)
-    out = user_output(output, r)
     if log_json is not None:
         writable_file(log_json, what="event log", where="--log-json",
                       fix="choose a file in a writable directory")
@@ -161,15 +163,6 @@ def build(
                f"{len(res.computed)}/{len(plan.units)} units computed{ranks})")
 
 
-def user_output(output: Path | None, r) -> Path:
-    from .io.paths import creatable
-
-    return creatable(output or r.output, what="output directory",
-                     where="--output" if output else r.line_of("output"),
-                     fix="choose a writable directory with a plain name (the recipe's "
-                     "`output:` or --output)")
-
-
 def _up_to_date(lock_path: Path, name: str, out: Path) -> bool:
     from .io.hash_cache import HashCache
     from .pipeline.lock import check_entry, read_lock, rel
@@ -214,7 +207,7 @@ def plan(
     """Print the compiled stage graph without touching weights."""
     from .pipeline.report import describe
 
-    r, p, _source, _gguf = _prepare(recipe, workdir, set_)
+    r, p, _source, _gguf, _out = _prepare(recipe, workdir, set_)
     typer.echo(describe(p))
 
 
