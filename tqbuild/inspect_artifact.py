@@ -8,6 +8,8 @@ from pathlib import Path
 from safetensors import safe_open
 
 from .errors import BadInput
+from .formats import FORMATS
+from .formats.dequant import entry_for
 
 DTYPE_BITS = {"BF16": 16, "F16": 16, "F32": 32, "U32": 32, "I32": 32, "U8": 8, "I8": 8}
 
@@ -46,11 +48,8 @@ def inspect(path: Path) -> dict:
                           if f"{module}.{s}" in tensors]
         stored = sum(nbytes(p) for p in parts)
         bits = rec.get("bits", DTYPE_BITS[dt])
-        logical = list(shape)
-        if rec.get("format") in ("affine", "mxfp4", "nvfp4", "mxfp8"):  # packed uint32 words
-            logical[-1] = shape[-1] * 32 // bits
-        elif rec.get("format") == "trellis":
-            logical = trellis_logical_shape(shape, bits, rec["trellis"])
+        fmt = FORMATS.get(rec.get("format"))
+        logical = fmt.logical_shape(list(shape), rec) if fmt else list(shape)
         weights = 1
         for d in logical:
             weights *= d
@@ -76,23 +75,11 @@ def _from_config(module: str, quant: dict, tensors: dict) -> dict:
     """A module record from config.json alone (artifacts other tools wrote)."""
     if f"{module}.scales" not in tensors or not quant:
         return {}
-    e = quant.get(module) if isinstance(quant.get(module), dict) else quant
-    mode = e.get("mode", "affine")
-    rec = {"format": mode, "bits": e["bits"], "group_size": e["group_size"]}
-    if mode == "trellis":
+    e = entry_for(quant, module)
+    rec = {"format": e.get("mode", "affine"), "bits": e["bits"], "group_size": e["group_size"]}
+    if "trellis" in e:
         rec["trellis"] = e["trellis"]
     return rec
-
-
-def trellis_logical_shape(shape: list[int], k: int, t: dict) -> list[int]:
-    """Stored packed words -> the weight's [.., out, in]."""
-    if t["interleave"]:
-        *lead, half, rows, pair = shape
-        rows, cols = rows, half * pair * 32 // k
-    else:
-        *lead, rows, words = shape
-        cols = words * 32 // k
-    return [*lead, rows, cols] if t["axis"] == 1 else [*lead, cols, rows]
 
 
 def render(info: dict) -> str:

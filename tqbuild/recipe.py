@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from .errors import RecipeError
+from .formats.mx import MX_FORMATS
 
 
 class Frozen(BaseModel):
@@ -79,8 +80,6 @@ class KMap(Frozen):
     budget: float = Field(ge=1, le=9, description="average k over the matched tensors "
                           "(affine: bits per weight including the group scale and bias)")
     choices: tuple[int, ...] = (2, 3, 4)
-# MLX's microscaling modes fix their bits and group size
-MX_FORMATS = {"mxfp4": (4, 32), "nvfp4": (4, 16), "mxfp8": (8, 32)}
 
 
 class QuantSpec(Frozen):

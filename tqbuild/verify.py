@@ -15,11 +15,8 @@ from .errors import BadInput
 
 def verify_artifact(path: Path) -> list[str]:
     """Problems found (empty: the artifact decodes to what was built)."""
-    import numpy as np
-
-    from .formats import mlx_affine
-    from .formats import trellis as fmt
-    from .formats.dequant import dequantize_module, entry_for
+    from .formats import FORMATS
+    from .formats.dequant import entry_for
     from .runtime.torch_load import read_artifact_tensors
 
     path = Path(path)
@@ -33,60 +30,32 @@ def verify_artifact(path: Path) -> list[str]:
     raw = read_artifact_tensors(path)
     problems = []
     for module, rec in sorted(meta.get("modules", {}).items()):
-        fmt_name = rec.get("format")
-        if fmt_name not in ("affine", "trellis", "mxfp4", "nvfp4", "mxfp8"):
+        fmt = FORMATS.get(rec.get("format"))
+        if fmt is None:  # kept unquantized
             if f"{module}.weight" not in raw:
                 problems.append(f"{module}.weight: missing")
             continue
-        need = [f"{module}.weight", f"{module}.scales"] + \
-            ([f"{module}.biases"] if fmt_name == "affine" else [])
-        missing = [n for n in need if n not in raw]
+        need = {p: f"{module}.{p}" for p in ("weight", *fmt.parts)}
+        missing = [n for n in need.values() if n not in raw]
         if missing:
             problems.append(f"{', '.join(missing)}: missing")
             continue
         entry = entry_for(quant, module)
-        if entry.get("mode", "affine") != (fmt_name if fmt_name != "affine" else "affine") or \
-                entry.get("bits") != rec.get("bits"):
+        if entry.get("mode", "affine") != fmt.name or entry.get("bits") != rec.get("bits"):
             problems.append(f"{module}: config.json says {entry.get('mode')} "
-                            f"{entry.get('bits')}-bit, the metadata {fmt_name} {rec.get('bits')}")
+                            f"{entry.get('bits')}-bit, the metadata {fmt.name} {rec.get('bits')}")
             continue
         try:
-            if fmt_name == "trellis":
-                w = dequantize_module(raw[f"{module}.weight"], raw[f"{module}.scales"], None,
-                                      entry).numpy()
-                w = w.reshape(-1, *w.shape[-2:])
-                got = fmt.recon_hash(w if rec["trellis"]["axis"] == 1
-                                     else np.ascontiguousarray(w.transpose(0, 2, 1)))
-                want = rec.get("recon_sha256")
-            elif fmt_name == "affine":
-                q = mlx_affine.unpack(raw[f"{module}.weight"].numpy(), rec["bits"])
-                import torch
-
-                wq = mlx_affine.dequantize(torch.from_numpy(q.astype(np.int32)),
-                                           raw[f"{module}.scales"], raw[f"{module}.biases"],
-                                           rec["group_size"])
-                got, want = mlx_affine.dequant_hash(wq), rec.get("dequant_sha256")
-            else:
-                got, want = _mx_hash(raw[f"{module}.weight"], raw[f"{module}.scales"], rec,
-                                     cfg.get("dtype", "bfloat16")), rec.get("dequant_sha256")
+            got = fmt.values_hash({p: raw[n] for p, n in need.items()}, entry,
+                                  cfg.get("dtype", "bfloat16"))
         except (ValueError, RuntimeError) as e:
             problems.append(f"{module}: does not decode ({e})")
             continue
+        want = rec.get(fmt.hash_key)
         if want is not None and got != want:
             problems.append(f"{module}: decoded values differ from the build's record "
                             f"(sha256 {got[:12]} != {want[:12]})")
     return problems
-
-
-def _mx_hash(q, scales, rec: dict, dtype: str) -> str:
-    """The bytes `quantize_mx` hashed: mx.dequantize in the artifact dtype."""
-    import mlx.core as mx
-
-    from .stages.affine import mx_dequant
-
-    dt = {"bfloat16": mx.bfloat16, "float16": mx.float16}.get(dtype, mx.float32)
-    return mx_dequant(mx.array(q.numpy()), mx.array(scales.numpy()), rec["group_size"],
-                      rec["bits"], rec["format"], dt)[1]
 
 
 def verify_locked(path: Path, lock_path: Path) -> list[str]:

@@ -9,6 +9,8 @@ import platform
 
 import yaml
 
+from . import FORMATS
+
 
 def base_model(plan) -> str | None:
     r = plan.recipe
@@ -22,8 +24,8 @@ def render_card(plan, meta: dict, bpw: float | None, device: str) -> str:
     mods = meta["modules"]
     formats: dict[str, int] = {}
     for rec in mods.values():
-        key = rec["format"] if rec["format"] not in ("affine", "trellis") else \
-            f"{rec['format']} {rec['bits']}-bit"
+        fmt = FORMATS.get(rec["format"])
+        key = fmt.describe(rec) if fmt else rec["format"]
         formats[key] = formats.get(key, 0) + 1
     trellis = any(rec["format"] == "trellis" for rec in mods.values())
     front = {"library_name": "mlx", "pipeline_tag": "text-generation",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .spec import FormatSpec
+
 BITS = (2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
 
@@ -103,3 +105,37 @@ def dequantize_packed(words: torch.Tensor, scales: torch.Tensor, biases: torch.T
 def proxy_error(w: torch.Tensor, wq: torch.Tensor) -> float:
     """Relative Frobenius error ||W − Q|| / ||W||."""
     return float(torch.linalg.norm(w - wq) / torch.linalg.norm(w).clamp_min(1e-30))
+
+
+class AffineFormat(FormatSpec):
+    """MLX's affine mode: packed q, per-group scale and bias."""
+
+    name = "affine"
+    parts = ("scales", "biases")
+
+    def config_entry(self, spec) -> dict:
+        return {"group_size": spec.group_size, "bits": spec.bits, "mode": "affine"}
+
+    def logical_shape(self, stored: list[int], entry: dict) -> list[int]:
+        return [*stored[:-1], stored[-1] * 32 // entry["bits"]]
+
+    def dequantize(self, weight, scales, biases, entry, compute_dtype=None) -> torch.Tensor:
+        if compute_dtype is not None:
+            scales, biases = scales.to(compute_dtype), biases.to(compute_dtype)
+        return dequantize_packed(weight, scales, biases, entry["bits"],
+                                 entry["group_size"]).float()
+
+    def values_hash(self, tensors, entry, dtype) -> str:
+        return dequant_hash(dequantize_packed(tensors["weight"], tensors["scales"],
+                                              tensors["biases"], entry["bits"],
+                                              entry["group_size"]))
+
+    def stored_bytes(self, spec, shape, dtype_bytes) -> int:
+        n = int(np.prod(shape))
+        return n * spec.bits // 8 + 2 * (n // spec.group_size) * dtype_bytes
+
+    def budget_overhead(self, spec) -> float:
+        return 32 / spec.group_size  # a 16-bit scale and bias per group
+
+
+AFFINE = AffineFormat()

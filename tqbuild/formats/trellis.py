@@ -11,12 +11,79 @@ Interleaved: uint32 [blocks/2, rows, 2·T·k/32], [g, r] = row r's blocks 2g, 2g
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..kernels.trellis_codes import code_table
+from .spec import FormatSpec
 
 VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrellisEntry:
+    """A trellis module's parameters, parsed once from its config entry or
+    metadata record (both carry `bits`, `group_size` and the `trellis` dict)."""
+
+    k: int
+    T: int
+    L: int
+    code: str
+    axis: int
+    interleave: bool
+
+    @classmethod
+    def from_config(cls, entry: dict) -> TrellisEntry:
+        t = entry["trellis"]
+        if t.get("version") != VERSION:
+            raise ValueError(f"trellis format version {t.get('version')} is not supported "
+                             f"(this tq-build reads version {VERSION})")
+        return cls(k=entry["bits"], T=entry["group_size"], L=t["L"], code=t["code"],
+                   axis=int(t["axis"]), interleave=bool(t["interleave"]))
+
+    @classmethod
+    def from_spec(cls, spec) -> TrellisEntry:
+        tp = spec.trellis
+        return cls(k=spec.bits, T=tp.T, L=tp.L, code=tp.code, axis=int(tp.axis),
+                   interleave=tp.interleave)
+
+    def trellis_dict(self) -> dict:
+        return {"L": self.L, "code": self.code, "axis": self.axis,
+                "interleave": self.interleave, "version": VERSION}
+
+    def config(self) -> dict:
+        return {"group_size": self.T, "bits": self.k, "mode": "trellis",
+                "trellis": self.trellis_dict()}
+
+    def lead_dims(self, stored_ndim: int) -> int:
+        """Leading (stacked-expert) dims of a stored `.weight`."""
+        return stored_ndim - (3 if self.interleave else 2)
+
+    def plain_words(self, words):
+        """Stored words (numpy, torch or mlx; [.., g, rows, pair] when interleaved)
+        -> the plain layout [.., rows, words]."""
+        if not self.interleave:
+            return words
+        *lead, g, rows, pair = words.shape
+        return words.swapaxes(-3, -2).reshape(*lead, rows, g * pair)
+
+    def logical_shape(self, stored: list[int]) -> list[int]:
+        *lead, rows, nw = (*stored[:-3], stored[-2], stored[-3] * stored[-1]) \
+            if self.interleave else stored
+        cols = nw * 32 // self.k
+        return [*lead, rows, cols] if self.axis == 1 else [*lead, cols, rows]
+
+    def decode(self, words: np.ndarray, scales: np.ndarray) -> np.ndarray:
+        """Stored words + scales (any leading dims) -> float32 [.., out, in]."""
+        plain = np.ascontiguousarray(self.plain_words(words))
+        lead = plain.shape[:-2]
+        ws = plain.reshape(-1, *plain.shape[-2:])
+        ss = scales.reshape(ws.shape[0], -1)
+        mats = [decode(w, s, k=self.k, T=self.T, L=self.L, code=self.code, axis=self.axis)
+                for w, s in zip(ws, ss, strict=True)]
+        return np.stack(mats).reshape(*lead, *mats[0].shape)
 
 
 def check_geometry(T: int, k: int, L: int, length: int, where: str = "") -> str | None:
@@ -115,3 +182,33 @@ def recon_hash(recon_stored: np.ndarray) -> str:
     """sha256 of the float32 reconstruction in the stored orientation."""
     return hashlib.sha256(np.ascontiguousarray(recon_stored, dtype=np.float32).tobytes()
                           ).hexdigest()
+
+
+class TrellisFormat(FormatSpec):
+    """QTIP bitshift trellis (this module's layout), fp16 per-row scales."""
+
+    name = "trellis"
+    hash_key = "recon_sha256"
+
+    def config_entry(self, spec) -> dict:
+        return TrellisEntry.from_spec(spec).config()
+
+    def logical_shape(self, stored, entry) -> list[int]:
+        return TrellisEntry.from_config(entry).logical_shape(stored)
+
+    def dequantize(self, weight, scales, biases, entry, compute_dtype=None) -> torch.Tensor:
+        te = TrellisEntry.from_config(entry)
+        return torch.from_numpy(te.decode(weight.numpy(), scales.numpy()))
+
+    def values_hash(self, tensors, entry, dtype) -> str:
+        te = TrellisEntry.from_config(entry)
+        w = te.decode(tensors["weight"].numpy(), tensors["scales"].numpy())
+        w = w.reshape(-1, *w.shape[-2:])
+        return recon_hash(w if te.axis == 1 else np.ascontiguousarray(w.transpose(0, 2, 1)))
+
+    def stored_bytes(self, spec, shape, dtype_bytes) -> int:
+        n = int(np.prod(shape))
+        return n * spec.bits // 8 + 2 * n // shape[-1 if spec.trellis.axis == 1 else -2]
+
+
+TRELLIS = TrellisFormat()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import RecipeError
+from ..formats import FORMATS
 from ..io.layout import to_artifact
 from ..io.source import Source
 from ..kernels.hadamard import nearest_supported, supported
@@ -293,7 +294,7 @@ def allocate_bits(plan: Plan) -> None:
         sizes = {m: _numel(plan.shapes[m + ".weight"]) for m in modules}
         spec = plan.specs[modules[0]]
         # affine: the budget is bits per weight, each group adding a scale and a bias
-        overhead = 32 / spec.group_size if spec.format == "affine" else 0.0
+        overhead = FORMATS[spec.format].budget_overhead(spec)
         chosen = allocate(sizes, km.budget - overhead, km.choices, table, where)
         for m, k in chosen.items():
             plan.specs[m] = plan.specs[m].model_copy(update={"bits": k})
@@ -329,14 +330,8 @@ def estimate_sizes(plan: Plan) -> dict[str, int]:
     for name, shape in plan.shapes.items():
         spec = plan.specs.get(name[: -len(".weight")]) if name.endswith(".weight") else None
         n = _numel(shape)
-        if spec is not None and spec.mx:
-            out += n * spec.bits_ // 8 + n // spec.group_
-        elif spec is not None and spec.format == "trellis":
-            out += n * spec.bits // 8 + 2 * n // shape[-1 if spec.trellis.axis == 1 else -2]
-        elif spec is not None and spec.format == "affine":
-            out += n * spec.bits // 8 + 2 * (n // spec.group_size) * fb
-        else:
-            out += n * fb
+        fmt = FORMATS.get(spec.format) if spec is not None else None
+        out += fmt.stored_bytes(spec, shape, fb) if fmt else n * fb
     acts = 0
     calib = plan.recipe.stage("calibrate")
     if calib is not None:

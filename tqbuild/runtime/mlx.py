@@ -19,7 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ..formats.trellis import VERSION
+from ..formats.trellis import TrellisEntry
 from ..kernels.trellis_codes import code_table
 
 
@@ -31,24 +31,19 @@ class TrellisLinear(nn.Module):
         if bias is not None:
             self.bias = bias
         self.k, self.T, self.L, self.axis, self.interleave = k, T, L, axis, interleave
+        object.__setattr__(self, "_entry", TrellisEntry(k, T, L, code, axis, interleave))
         object.__setattr__(self, "_table", mx.array(code_table(code, L)))
         object.__setattr__(self, "_decoded", None)
 
     @classmethod
     def from_entry(cls, weight, scales, entry: dict, bias=None) -> TrellisLinear:
-        t = entry["trellis"]
-        if t.get("version") != VERSION:
-            raise ValueError(f"trellis format version {t.get('version')} is not supported "
-                             f"(this tq-build reads {VERSION})")
-        return cls(weight, scales, k=entry["bits"], T=entry["group_size"], L=t["L"],
-                   code=t["code"], axis=t["axis"], interleave=t["interleave"], bias=bias)
+        te = TrellisEntry.from_config(entry)
+        return cls(weight, scales, k=te.k, T=te.T, L=te.L, code=te.code, axis=te.axis,
+                   interleave=te.interleave, bias=bias)
 
     def decode(self) -> mx.array:
         """float32 [out, in]."""
-        words = self.weight
-        if self.interleave:
-            g, rows, pair = words.shape
-            words = words.transpose(1, 0, 2).reshape(rows, g * pair)
+        words = self._entry.plain_words(self.weight)
         rows, nw = words.shape
         wpb = self.T * self.k // 32
         nb = nw // wpb
@@ -104,7 +99,7 @@ def load(path: str | Path, dtype=None):
     if hasattr(model, "sanitize"):
         weights = model.sanitize(weights)
     for m, e in trellis.items():
-        if weights[f"{m}.weight"].ndim > (3 if e["trellis"]["interleave"] else 2):
+        if TrellisEntry.from_config(e).lead_dims(weights[f"{m}.weight"].ndim):
             raise ValueError(f"{m}: trellis-coded stacked experts are not supported by the "
                              "MLX runtime yet")
         _set_module(model, m, TrellisLinear.from_entry(

@@ -92,6 +92,7 @@ def load_torch(path: Path, dtype=torch.float32, *, packed: bool = False, device:
 def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
     """Swap every trellis module's dense weight for a packed TrellisLinear (decoded
     by the Triton kernels on CUDA, by torch ops elsewhere)."""
+    from ..formats.trellis import TrellisEntry
     from .trellis_torch import TrellisLinear
 
     quant = cfg.get("quantization") or {}
@@ -101,8 +102,8 @@ def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
         if not (isinstance(entry, dict) and entry.get("mode") == "trellis"):
             continue
         hf = next(iter(to_hf(fam, {module + ".weight": torch.empty(0)})))[: -len(".weight")]
-        if ".experts." in hf or raw[module + ".weight"].ndim > (
-                3 if entry["trellis"]["interleave"] else 2):
+        if ".experts." in hf or TrellisEntry.from_config(entry).lead_dims(
+                raw[module + ".weight"].ndim):
             continue  # stacked experts stay dense
         parent_name, _, leaf = hf.rpartition(".")
         parent = model.get_submodule(parent_name)

@@ -148,22 +148,15 @@ class TrellisLinear(nn.Module):
     def __init__(self, words: torch.Tensor, scales: torch.Tensor, entry: dict,
                  bias: torch.Tensor | None = None):
         super().__init__()
-        from ..formats.trellis import VERSION
+        from ..formats.trellis import TrellisEntry
         from ..kernels.trellis_codes import code_table
 
-        t = entry["trellis"]
-        if t.get("version") != VERSION:
-            raise ValueError(f"trellis format version {t.get('version')} is not supported")
-        self.k, self.T, self.L = entry["bits"], entry["group_size"], t["L"]
-        self.code = t["code"]
-        self.axis, self.interleave = t["axis"], t["interleave"]
-        if self.interleave:  # the kernels read the plain layout
-            g, rows, pair = words.shape
-            words = words.permute(1, 0, 2).reshape(rows, g * pair).contiguous()
-            self.interleave = False
+        te = TrellisEntry.from_config(entry)
+        self.k, self.T, self.L, self.code, self.axis = te.k, te.T, te.L, te.code, te.axis
+        words = te.plain_words(words).contiguous()  # the kernels read the plain layout
         self.register_buffer("words", words.view(torch.int32))
         self.register_buffer("scales", scales)
-        self.register_buffer("table", torch.from_numpy(code_table(t["code"], self.L).copy()))
+        self.register_buffer("table", torch.from_numpy(code_table(te.code, self.L).copy()))
         self.bias = nn.Parameter(bias) if bias is not None else None
         rows, nw = words.shape
         cols = nw * 32 // self.k

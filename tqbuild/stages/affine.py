@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..formats import mlx_affine
+from ..formats.mx import mx_dequant
 from ..recipe import GuardParams, QuantSpec
 from .gptq import AffineResult, gptq_guarded, proxy_loss
 
@@ -27,18 +28,6 @@ def _one(w: torch.Tensor, spec: QuantSpec, h: torch.Tensor | None, guard: GuardP
     if spec.method == "gptq":
         res.events = [{"event": "no_hessian_rtn"}]
     return res
-
-
-def mx_dequant(q, scales, group_size: int, bits: int, mode: str, dtype):
-    """MLX's dequantized values in the artifact dtype, and the sha256 of their raw
-    bytes (recorded at build, checked by `tq-build verify`)."""
-    import hashlib
-
-    import mlx.core as mx
-
-    deq = mx.dequantize(q, scales, group_size=group_size, bits=bits, mode=mode).astype(dtype)
-    raw = bytes(memoryview(deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)))
-    return deq, hashlib.sha256(raw).hexdigest()
 
 
 def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype

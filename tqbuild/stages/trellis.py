@@ -194,7 +194,7 @@ def quantize_trellis_tensor(name: str, w: torch.Tensor, spec, hessians, guard
     methods = sorted({r.method for r in results})
     record = {"method": methods[0] if len(methods) == 1 else "+".join(methods),
               "format": "trellis", "bits": g.k, "group_size": g.T,
-              "trellis": trellis_entry(spec), "scale": "rms-fp16",
+              "trellis": fmt.TrellisEntry.from_spec(spec).trellis_dict(), "scale": "rms-fp16",
               "proxy_rel_error": round(err, 6),
               "recon_sha256": fmt.recon_hash(np.stack(recon_stored))}
     if use_h and hessians is not None:
@@ -211,10 +211,3 @@ def quantize_trellis_tensor(name: str, w: torch.Tensor, spec, hessians, guard
     return {name: torch.from_numpy(packed),
             f"{module}.scales": torch.from_numpy(sc)}, record
 
-
-def trellis_entry(spec) -> dict:
-    from ..formats.trellis import VERSION
-
-    tp = spec.trellis
-    return {"L": tp.L, "code": tp.code, "axis": int(tp.axis), "interleave": tp.interleave,
-            "version": VERSION}
