@@ -96,10 +96,10 @@ def test_hessian_reduction_is_rank_count_independent(tmp_path, monkeypatch):
                         "--nproc-per-node=2", str(script), str(out)], env=e,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    from tqbuild.pipeline import distributed
     from tqbuild.pipeline.distributed import Dist
+    from tqbuild.stages import hessian
 
-    monkeypatch.setattr(distributed, "BLOCK_ROWS", 4)
+    monkeypatch.setattr(hessian, "BLOCK_ROWS", 4)
     parts = _partials()
     acc, cnt = {}, {}
     for s in range(len(parts)):
@@ -135,10 +135,10 @@ import sys
 import torch
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_distributed import _partials
-from tqbuild.pipeline import distributed
 from tqbuild.pipeline.distributed import Dist
+from tqbuild.stages import hessian
 
-distributed.BLOCK_ROWS = 4  # 6-wide Hessians in two row blocks, owned by different ranks
+hessian.BLOCK_ROWS = 4  # 6-wide Hessians in two row blocks, owned by different ranks
 d = Dist.from_env("cpu")
 import torch.distributed._shard  # what transformers imports mid-build
 parts = _partials()

@@ -13,7 +13,33 @@ from typing import Annotated
 
 import typer
 
-from .errors import TQError
+from .errors import BadInput, TQError, VerificationFailed
+from .eval.compare import compare
+from .eval.run import evaluate
+from .eval.run import render as render_eval
+from .eval.sensitivity import METHODS, sensitivity, write_table
+from .inspect_artifact import inspect, render
+from .io.atomic import write_json
+from .io.hash_cache import HashCache
+from .io.paths import creatable, writable_file
+from .io.paths import describe as describe_os_error
+from .io.resolve import resolve_source
+from .io.source import Source
+from .kernels.codec_check import codec_check
+from .kernels.trellis_codes import CODES
+from .kv.goldens import check_file
+from .pipeline.distributed import Dist
+from .pipeline.events import JsonLog
+from .pipeline.executor import build as run_build
+from .pipeline.graph import compile_plan
+from .pipeline.launch import torchrun
+from .pipeline.lock import check_entry, make_entry, read_lock, rel, update_lock
+from .pipeline.lock import default_lock_path as find
+from .pipeline.report import describe
+from .recipe import KMap, load, recipe_json_schema, recipe_reference_markdown
+from .runtime.torch_load import load_torch
+from .upload import upload
+from .verify import cross_runtime, verify_artifact, verify_locked
 
 # MKL may otherwise use fewer threads than asked when the machine is busy, and
 # CPU matmuls round by thread count: a build must not depend on the load
@@ -34,12 +60,6 @@ def _log(msg: str) -> None:
 
 def _prepare(recipe_path: Path, workdir: Path | None, overrides: list[str] | None = None,
              output: Path | None = None):
-    from .io.paths import creatable
-    from .io.resolve import resolve_source
-    from .io.source import Source
-    from .pipeline.graph import compile_plan
-    from .recipe import load
-
     recipe = load(recipe_path, overrides or ())
     root = creatable(workdir or recipe.workdir, what="work directory",
                      where="--workdir" if workdir else recipe.line_of("workdir"),
@@ -96,10 +116,6 @@ def build(
     import os
     import signal
 
-    from .io.paths import writable_file
-    from .pipeline.distributed import Dist
-    from .pipeline.executor import build as run_build
-
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     layers = parse_layers(rerun_layers) if rerun_layers else set()
     if threads is not None:
@@ -125,8 +141,6 @@ def build(
         return
     again = " ".join(["tq-build", *sys.argv[2 if sys.argv[1:2] == ["build"] else 1:]])
     if launcher:
-        from .pipeline.launch import torchrun
-
         try:
             code = torchrun(nproc, sys.argv[1:])
         except KeyboardInterrupt:
@@ -136,8 +150,6 @@ def build(
         raise SystemExit(code)
     events = None
     if log_json is not None and dist.lead:
-        from .pipeline.events import JsonLog
-
         events = JsonLog(log_json)
     try:
         res = run_build(plan, source, out, force=force, gguf=gguf, log=_log,
@@ -152,9 +164,6 @@ def build(
     if not dist.lead:
         return
     if lock_path is not None:
-        from .io.hash_cache import HashCache
-        from .pipeline.lock import make_entry, update_lock
-
         cache = HashCache(lock_path.parent / ".tq-work" / "hash-cache.json")
         update_lock(lock_path, r.name, make_entry(plan, source, gguf, out, lock_path, cache))
         cache.save()
@@ -164,9 +173,6 @@ def build(
 
 
 def _up_to_date(lock_path: Path, name: str, out: Path) -> bool:
-    from .io.hash_cache import HashCache
-    from .pipeline.lock import check_entry, read_lock, rel
-
     entry = read_lock(lock_path)["recipes"].get(name)
     if entry is None or entry.get("output_dir") != rel(out, lock_path.parent):
         return False
@@ -177,14 +183,11 @@ def _up_to_date(lock_path: Path, name: str, out: Path) -> bool:
 
 
 def default_lock_path(recipe: Path) -> Path:
-    from .pipeline.lock import default_lock_path as find
-
     return find(recipe)
 
 
 def parse_layers(spec: str) -> set[int]:
     """'3,7-9' -> {3, 7, 8, 9}."""
-    from .errors import BadInput
 
     out: set[int] = set()
     for part in spec.split(","):
@@ -205,7 +208,6 @@ def plan(
                     ] = None,
 ) -> None:
     """Print the compiled stage graph without touching weights."""
-    from .pipeline.report import describe
 
     r, p, _source, _gguf, _out = _prepare(recipe, workdir, set_)
     typer.echo(describe(p))
@@ -223,8 +225,6 @@ def inspect_cmd(
     """
     import json
 
-    from .inspect_artifact import inspect, render
-
     info = inspect(artifact)
     typer.echo(json.dumps(info, indent=2) if as_json else render(info))
 
@@ -236,8 +236,6 @@ def schema_cmd(
 ) -> None:
     """Print the recipe's JSON Schema (for editors), or its Markdown reference."""
     import json
-
-    from .recipe import recipe_json_schema, recipe_reference_markdown
 
     typer.echo(recipe_reference_markdown() if markdown
                else json.dumps(recipe_json_schema(), indent=2))
@@ -251,9 +249,6 @@ def status_cmd(
 ) -> None:
     """Per locked recipe: is its artifact up to date? (recipe hash, then inputs, then
     outputs; exit 3 if anything is stale)."""
-    from .errors import BadInput, VerificationFailed
-    from .io.hash_cache import HashCache
-    from .pipeline.lock import check_entry, read_lock
 
     if not lock.is_file():
         raise BadInput(f"no lock file at {lock}", fix="build a recipe first, or pass --lock")
@@ -295,9 +290,6 @@ def verify_cmd(
     file against artifacts.lock; with --source, quality and speed."""
     import json
 
-    from .errors import VerificationFailed
-    from .verify import cross_runtime, verify_artifact, verify_locked
-
     problems = verify_artifact(artifact)
     if locked:
         problems += verify_locked(artifact, lock)
@@ -306,8 +298,6 @@ def verify_cmd(
         problems += found
         typer.echo(json.dumps(info))
     if source is not None and not problems:
-        from .eval.run import evaluate
-
         r = evaluate(artifact, source, device=device, probe=False, tokens=1024,
                      workdir=Path(".tq-work"))
         typer.echo(json.dumps({k: r[k] for k in ("perplexity", "mean_kl", "top1_agreement",
@@ -340,8 +330,6 @@ def _greedy_speed(artifact: Path, device: str) -> dict:
 
     import torch
 
-    from .runtime.torch_load import load_torch
-
     model = load_torch(artifact, packed=True, device=device)
     ids = torch.arange(3, 19)[None].to(device)
     model.generate(ids, max_new_tokens=4, do_sample=False)
@@ -363,7 +351,6 @@ def upload_cmd(
 ) -> None:
     """Upload an artifact to the Hugging Face Hub after verifying it (and, when the
     lock names it, that it is the locked build)."""
-    from .upload import upload
 
     upload(artifact, repo_id, private=private, dry_run=dry_run, lock=lock, echo=typer.echo)
 
@@ -391,15 +378,11 @@ def eval_cmd(
     """Perplexity, mean KL vs a cached teacher dump, top-1 and the EOS probe."""
     import json
 
-    from .eval.run import evaluate, render
-
     r = evaluate(artifact, source, text=text, tokens=tokens, top_k=top_k, device=device,
                  workdir=workdir, probe=probe)
     if json_out:
-        from .io.atomic import write_json
-
         write_json(json_out, r)
-    typer.echo(render([r]))
+    typer.echo(render_eval([r]))
     typer.echo(json.dumps({k: v for k, v in r.items() if k != "eos_probe"}))
 
 
@@ -416,7 +399,6 @@ def compare_cmd(
 ) -> None:
     """Tabulate bpw, size, perplexity, KL, top-1 and the EOS probe of several
     artifacts (one teacher dump) and draw KL against bits per weight."""
-    from .eval.compare import compare
 
     typer.echo(compare(artifacts, source, tokens=tokens, device=device, workdir=workdir,
                        out=out))
@@ -435,9 +417,6 @@ def sensitivity_cmd(
 ) -> None:
     """Measure per tensor the KL cost of quantizing only that tensor at each candidate
     k / bits; write the {tensor: {k: loss}} table the allocators read."""
-    from .errors import BadInput
-    from .eval.sensitivity import METHODS, sensitivity, write_table
-    from .recipe import KMap, load
 
     if method not in METHODS:
         raise BadInput(f"unknown method {method!r}", fix=f"use one of {', '.join(METHODS)}")
@@ -469,10 +448,6 @@ def codec_check_cmd(
     """Quantize i.i.d. N(0,1) sequences with the tail-biting trellis; print one JSON line."""
     import json
 
-    from .errors import BadInput
-    from .kernels.codec_check import codec_check
-    from .kernels.trellis_codes import CODES
-
     if code not in CODES:
         raise BadInput(f"unknown code {code!r}", fix=f"use one of {', '.join(CODES)}")
     if L not in (12, 16) and not 4 <= L <= 20:
@@ -502,8 +477,6 @@ def kv_check_goldens(
 
     Example: tq-build kv check-goldens ../shared/goldens/turboquant/*.npz
     """
-    from .errors import VerificationFailed
-    from .kv.goldens import check_file
 
     bad = 0
     for f in files:
@@ -546,7 +519,6 @@ def kv_eval(
 
     Example: tq-build kv eval out/smollm2-fold
     """
-    from .errors import BadInput
 
     _fast_blas_reexec()
     if not model.is_dir():
@@ -578,9 +550,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:
         if e.filename is None:
             raise
-        from .io.paths import describe
-
-        typer.echo(f"error: {str(e.filename)[:200]}: {describe(e)}\n  fix: check the path "
+        typer.echo(f"error: {str(e.filename)[:200]}: {describe_os_error(e)}\n  fix: check the path "
                    "(it must exist, be readable, and be a plain file or directory as "
                    "the command expects)", err=True)
         raise SystemExit(2) from None

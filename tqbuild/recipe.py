@@ -20,6 +20,7 @@ from pydantic import (
 
 from .errors import RecipeError
 from .formats.mx import MX_FORMATS
+from .io.paths import checked, syntax_problem
 
 
 class Frozen(BaseModel):
@@ -211,7 +212,6 @@ class CalibSource(Frozen):
     column: str = "text"
     self_generated: bool = False
 
-
     @model_validator(mode="after")
     def _one_kind(self):
         kinds = [k for k, v in (("files", self.files), ("dataset", self.dataset),
@@ -369,7 +369,6 @@ PATH_KEYS = ("path", "file", "files", "kmap", "output", "workdir")
 def _check_paths(node: Any, at: tuple, where_of) -> None:
     """Every path-valued string in the recipe is usable as a path (length, NUL and
     control characters); whether it exists is checked where it is opened."""
-    from .io.paths import syntax_problem
 
     items = node.items() if isinstance(node, dict) else \
         enumerate(node) if isinstance(node, list) else ()
@@ -493,8 +492,6 @@ def apply_override(data: Any, spec: str) -> None:
 
 
 def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recipe:
-    from .io.paths import checked
-
     path = checked(path, what="recipe file", where=None, kind="file",
                    fix="pass the path of a YAML recipe, e.g. recipes/smollm2-rot-rtn4.yaml")
     try:

@@ -10,14 +10,13 @@ import json
 from pathlib import Path
 
 from .errors import BadInput, VerificationFailed
+from .io.hashing import sha256_file
+from .pipeline.lock import entry_for_artifact, read_lock
+from .verify import verify_artifact, verify_locked
 
 
 def upload(artifact: Path, repo_id: str, *, private: bool, dry_run: bool, lock: Path,
            echo=print) -> None:
-    from .io.hashing import sha256_file
-    from .pipeline.lock import entry_for_artifact, read_lock
-    from .verify import verify_artifact, verify_locked
-
     artifact = Path(artifact)
     if "/" not in repo_id or repo_id.count("/") != 1:
         raise BadInput(f"repository id {repo_id!r} is not org/name", fix="e.g. me/smollm2-q4")

@@ -11,13 +11,15 @@ import json
 from pathlib import Path
 
 from .errors import BadInput
+from .formats import FORMATS
+from .formats.dequant import entry_for
+from .io.hash_cache import HashCache
+from .pipeline.lock import check_outputs, entry_for_artifact, read_lock
+from .runtime.torch_load import load_torch, read_artifact_tensors
 
 
 def verify_artifact(path: Path) -> list[str]:
     """Problems found (empty: the artifact decodes to what was built)."""
-    from .formats import FORMATS
-    from .formats.dequant import entry_for
-    from .runtime.torch_load import read_artifact_tensors
 
     path = Path(path)
     for f in ("config.json", "optiq_metadata.json"):
@@ -59,9 +61,6 @@ def verify_artifact(path: Path) -> list[str]:
 
 
 def verify_locked(path: Path, lock_path: Path) -> list[str]:
-    from .io.hash_cache import HashCache
-    from .pipeline.lock import check_outputs, entry_for_artifact, read_lock
-
     lock = read_lock(lock_path)
     base = lock_path.parent
     hit = entry_for_artifact(lock, Path(path), base)
@@ -90,8 +89,6 @@ def cross_runtime(path: Path, device: str = "cpu",
     import numpy as np
     import torch
 
-    from .runtime.torch_load import load_torch
-
     cfg = json.loads((Path(path) / "config.json").read_text())
     vocab = int(cfg.get("vocab_size") or cfg["text_config"]["vocab_size"])
     ids = (torch.arange(3, 35) * 7919) % vocab
@@ -117,6 +114,7 @@ def cross_runtime(path: Path, device: str = "cpu",
         import mlx.core as mx
 
         from .runtime.mlx import load as mlx_load
+
     except ImportError:
         info["mlx"] = "not installed"
         return problems, info

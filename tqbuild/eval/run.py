@@ -12,6 +12,12 @@ from pathlib import Path
 import torch
 
 from ..errors import BadInput
+from ..inspect_artifact import inspect
+from ..io.gguf_import import import_gguf
+from ..io.resolve import resolve_source as from_recipe
+from ..io.source import Source
+from ..recipe import load
+from ..runtime.torch_load import load_torch
 from .metrics import forward_logits, perplexity
 from .teacher import TeacherDump, dump_key, kl_vs_dump, make_dump
 
@@ -25,13 +31,8 @@ def resolve_source(src: Path, workdir: Path) -> Path:
     recipe (its source) -> an HF directory."""
     src = Path(src)
     if src.suffix in (".yaml", ".yml"):
-        from ..io.resolve import resolve_source as from_recipe
-        from ..recipe import load
-
         return from_recipe(load(src), workdir / "cache", log=lambda m: None)[0]
     if src.suffix == ".gguf":
-        from ..io.gguf_import import import_gguf
-
         return import_gguf(src, workdir / "cache", log=lambda m: None)
     if not (src / "config.json").is_file():
         raise BadInput(f"{src} is not a model directory, .gguf file or recipe",
@@ -42,8 +43,6 @@ def resolve_source(src: Path, workdir: Path) -> Path:
 def teacher_dump(source_dir: Path, ids: torch.Tensor, k: int, window: int, cache: Path,
                  device: str = "cpu") -> TeacherDump:
     from transformers import AutoModelForCausalLM
-
-    from ..io.source import Source
 
     key = dump_key(Source(source_dir).file_hashes(), ids, k, window)
     f = cache / "teacher" / f"{key}.safetensors"
@@ -85,9 +84,6 @@ def evaluate(artifact: Path, source: Path, *, text: Path | None = None, tokens: 
              window: int = 512, top_k: int = 1024, device: str = "cpu",
              workdir: Path = Path(".tq-work"), probe: bool = True) -> dict:
     from transformers import AutoTokenizer
-
-    from ..inspect_artifact import inspect
-    from ..runtime.torch_load import load_torch
 
     t0 = time.perf_counter()
     src = resolve_source(source, workdir)

@@ -21,7 +21,20 @@ from pathlib import Path
 import torch
 import yaml
 
+from ..errors import BadInput
+from ..formats import mlx_affine
+from ..io.atomic import write_bytes
+from ..io.layout import to_hf
+from ..io.resolve import resolve_source
+from ..io.source import Source
 from ..kernels.codec_check import PUBLISHED
+from ..pipeline.executor import build
+from ..pipeline.graph import compile_plan
+from ..recipe import AFFINE_BITS, KMap, apply_override, load
+from ..runtime.torch_load import load_torch
+from ..stages.trellis import geometry, sequence_scales, trellis_plain
+from .metrics import compare, forward_logits
+from .run import DEFAULT_TEXT
 
 METHODS = ("trellis", "noise", "affine")
 
@@ -29,11 +42,6 @@ METHODS = ("trellis", "noise", "affine")
 def fold_reference(recipe_path: Path, workdir: Path, overrides=()) -> tuple:
     """Build the recipe with only its fold stages (float32) -> (artifact, the
     recipe's plan before k allocation, source dir)."""
-    from ..io.resolve import resolve_source
-    from ..io.source import Source
-    from ..pipeline.executor import build
-    from ..pipeline.graph import compile_plan
-    from ..recipe import apply_override, load
 
     recipe = load(recipe_path, overrides)
     data = yaml.safe_load(Path(recipe_path).read_text())
@@ -65,7 +73,6 @@ def fold_reference(recipe_path: Path, workdir: Path, overrides=()) -> tuple:
 
 def targets(plan) -> dict[str, tuple[object, tuple[int, ...]]]:
     """module -> (spec, candidate k / bits) for every {kmap, budget} rule."""
-    from ..recipe import AFFINE_BITS, KMap
 
     out = {}
     for m, spec in plan.specs.items():
@@ -78,9 +85,6 @@ def targets(plan) -> dict[str, tuple[object, tuple[int, ...]]]:
 
 def _quantized(w: torch.Tensor, spec, k: int, method: str, gen: torch.Generator
                ) -> torch.Tensor:
-    from ..formats import mlx_affine
-    from ..stages.trellis import geometry, sequence_scales, trellis_plain
-
     if spec.format != "trellis":
         q, s, b = mlx_affine.quantize_rtn(w, k, spec.group_size, torch.bfloat16)
         return mlx_affine.dequantize(q, s, b, spec.group_size).float()
@@ -98,16 +102,9 @@ def sensitivity(recipe_path: Path, *, method: str = "noise", tokens: int = 512,
                 overrides=(), log=print) -> dict[str, dict[str, float]]:
     from transformers import AutoTokenizer
 
-    from ..io.layout import to_hf
-    from ..runtime.torch_load import load_torch
-    from .metrics import compare, forward_logits
-    from .run import DEFAULT_TEXT
-
     ref_dir, plan, src_dir = fold_reference(recipe_path, workdir, overrides)
     todo = targets(plan)
     if not todo:
-        from ..errors import BadInput
-
         raise BadInput(f"{recipe_path} has no `bits: {{kmap, budget}}` rule to measure for",
                        fix="add a rule with bits: {kmap: FILE, budget: B}")
     if any((Path(src_dir) / f).is_file() for f in ("tokenizer.json", "tokenizer.model")):
@@ -138,7 +135,5 @@ def sensitivity(recipe_path: Path, *, method: str = "noise", tokens: int = 512,
 
 
 def write_table(table: dict, path: Path, meta: dict) -> None:
-    from ..io.atomic import write_bytes
-
     body = {"_measured": meta, **table}
     write_bytes(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())

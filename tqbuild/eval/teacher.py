@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ..io.atomic import write_bytes
 from ..io.hashing import sha256_json
 
 
@@ -39,8 +40,6 @@ class TeacherDump:
 
     def save(self, path: Path) -> None:
         from safetensors.torch import save_file
-
-        from ..io.atomic import write_bytes
 
         tmp = path.with_name(path.name + ".part")
         save_file({"ids": self.ids, "top_idx": self.top_idx.int(), "top_logit": self.top_logit,

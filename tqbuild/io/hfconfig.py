@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+from ..formats.dequant import module_entry
+
 
 def _rope_fields(cfg: dict) -> None:
     """transformers 5 keeps RoPE settings in `rope_parameters`; mlx-lm reads them
@@ -68,7 +70,6 @@ def quantization_entry(specs: dict, default) -> dict | None:
     """Global group_size/bits/mode + per-module overrides where a module differs.
     The global entry is an MLX mode (a trellis default would hide the affine
     modules from mlx-lm); trellis modules are always listed per module."""
-    from ..formats.dequant import module_entry
 
     quantized = {m: s for m, s in specs.items() if s.quantized}
     if not quantized:

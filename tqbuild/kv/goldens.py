@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..errors import BadInput
-from . import codec
+from . import codec, tables
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 # quirk-file encodings: name -> (bits, signed)
@@ -125,7 +125,6 @@ def check_file(path: Path) -> Report:
 
 def check_tables(z, path: Path) -> Report:
     """The shipped tables equal the reference's (centroids, boundaries, signs)."""
-    from . import tables
 
     rep = Report(str(path))
     for bits in tables.VALUE_BITS:

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from ..errors import RecipeError
+from ..io.paths import checked
 
 
 def tie_key(module: str) -> str:
@@ -23,8 +24,6 @@ def tie_key(module: str) -> str:
 
 
 def load_table(path: Path, where: str) -> dict[str, dict[int, float]]:
-    from ..io.paths import checked
-
     path = checked(path, what="sensitivity table", where=where, kind="file",
                    fix="write it with `tq-build sensitivity` or fix the `kmap:` path "
                    "(relative to the recipe)", error=RecipeError)

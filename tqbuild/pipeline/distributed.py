@@ -21,6 +21,7 @@ from datetime import timedelta
 import torch
 
 from ..errors import BadInput
+from ..stages.hessian import accumulate, row_blocks
 
 
 class Dist:
@@ -126,10 +127,10 @@ class Dist:
         sums are bit-identical for any rank count. `finish` assembles the
         blocks after the last round."""
         if self.world == 1:
-            _accumulate(acc, count, factors, ntok)
+            accumulate(acc, count, factors, ntok)
             return
         for fs, nt in self._gather_factors(factors, ntok):  # rank order = sample order
-            _accumulate(acc, count, fs, nt, mine=self._mine)
+            accumulate(acc, count, fs, nt, mine=self._mine)
 
     def _gather_factors(self, factors: dict[str, list[torch.Tensor]],
                         ntok: dict[str, int]) -> list[tuple[dict, dict]]:
@@ -165,7 +166,7 @@ class Dist:
 
         for q in range(self.world):
             spans = [(k, lo, hi) for k in sorted(acc)
-                     for lo, hi in _blocks(acc[k].shape[0]) if self._owners[(k, lo)] == q]
+                     for lo, hi in row_blocks(acc[k].shape[0]) if self._owners[(k, lo)] == q]
             n = sum((hi - lo) * acc[k].shape[1] for k, lo, hi in spans)
             if n == 0:
                 continue
@@ -219,26 +220,3 @@ def _from_bytes(b: bytes):
     import io
 
     return torch.load(io.BytesIO(b), weights_only=False, map_location="cpu")
-
-
-BLOCK_ROWS = 2048  # Hessian rows per block: one block (the plain XᵀX) up to this width
-
-
-def _blocks(d: int) -> list[tuple[int, int]]:
-    return [(lo, min(d, lo + BLOCK_ROWS)) for lo in range(0, d, BLOCK_ROWS)]
-
-
-def _accumulate(acc, count, factors, ntok, mine=None) -> None:
-    """acc[k] += XᵀX for every factor X of every key, in order, row block by row
-    block (only the blocks `mine` accepts, when given)."""
-    for k, fs in factors.items():
-        for f in fs:
-            d = f.shape[1]
-            if k not in acc:
-                acc[k] = torch.zeros((d, d), dtype=torch.float64, device=f.device)
-                count[k] = 0
-            f = f.to(acc[k].device).contiguous()  # the same layout on every path
-            for lo, hi in _blocks(d):
-                if mine is None or mine(k, lo, hi, d):
-                    acc[k][lo:hi] += f[:, lo:hi].T @ f
-        count[k] = count.get(k, 0) + ntok.get(k, 0)

@@ -24,7 +24,8 @@ import torch
 from tqdm import tqdm
 
 from ..errors import OutputError
-from ..formats.metadata import build_metadata
+from ..formats.dequant import dequantize_module, module_entry
+from ..inspect_artifact import inspect
 from ..io.atomic import replace_dir, write_json
 from ..io.hashing import sha256_file
 from ..io.hfconfig import artifact_config, quantization_entry
@@ -34,9 +35,16 @@ from ..io.writer import ShardWriter
 from ..recipe import WriteParams
 from ..stages import norm_fold, rotate
 from ..stages.affine import DTYPES, quantize_tensor
+from ..stages.calib_data import calibration_ids, token_hash
+from ..stages.hessian import HessianCapture
+from ..stages.layer_forward import LayerRunner
+from ..stages.mtp import fold_mtp, fold_vision_seams
 from ..stages.untie import untie
+from .build_report import write_report
+from .card import render_card
 from .distributed import Dist
-from .graph import Plan, Unit
+from .graph import Plan, Unit, _unit_of, estimate_sizes
+from .metadata import build_metadata
 from .workdir import RankWorkDir, WorkDir, fingerprint
 
 
@@ -71,7 +79,6 @@ def check_output(output: Path, recipe_name: str, force: bool) -> None:
 
 def check_disk(plan: Plan, output: Path, workdir: Path) -> None:
     """Refuse to start when the target filesystems cannot hold what the build writes."""
-    from .graph import estimate_sizes
 
     sizes = estimate_sizes(plan)
     need: dict[int, tuple[Path, int]] = {}
@@ -120,12 +127,8 @@ def fold_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
         return t
     t = {k: source.get(k) for k in unit.keys}
     if unit.kind == "mtp":
-        from ..stages.mtp import fold_mtp
-
         return fold_mtp(t, plan, r1)
     if unit.kind == "extra" and r1 is not None and fam.vision_seams:
-        from ..stages.mtp import fold_vision_seams
-
         fold_vision_seams(t, fam, r1)
     if unit.kind == "embed" and r1 is not None:
         t[unit.keys[0]] = rotate.rotate_readers_input(t[unit.keys[0]], r1)
@@ -176,8 +179,6 @@ class Builder:
 
     # ---- fingerprints ---------------------------------------------------------
     def _unit_of_module(self, module: str) -> str:
-        from .graph import _unit_of
-
         return _unit_of(self.plan, module + ".weight")
 
     def unit_specs(self, unit: Unit) -> dict:
@@ -194,9 +195,6 @@ class Builder:
 
     # ---- calibration ----------------------------------------------------------
     def start_calibration(self) -> None:
-        from ..stages.calib_data import calibration_ids, token_hash
-        from ..stages.layer_forward import LayerRunner
-
         p = self.calib
         on_gpu = p.source.self_generated and torch.device(self.device).type == "cuda"
         # tokens sampled on a GPU are other tokens: their own cache entry
@@ -265,8 +263,6 @@ class Builder:
         return self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
 
     def _dequantized_hf(self, art: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        from ..formats.dequant import dequantize_module, module_entry
-
         deq = {}
         for name, t in art.items():
             module = name[: -len(".weight")]
@@ -332,8 +328,6 @@ class Builder:
         return done
 
     def _layer_hessians(self, unit: Unit, hf: dict, bar) -> dict[str, torch.Tensor]:
-        from ..stages.hessian import HessianCapture
-
         i = unit.index
         x = self.acts_before(i)
         pre = f"{self.fam.layer_prefix}{i}."
@@ -499,7 +493,6 @@ def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
         shards, modules = assemble(builder, fps, output, gguf)
         builder.events("build_end", recipe=recipe.name, computed=len(computed),
                        seconds=round(time.perf_counter() - t0, 3))
-        from .build_report import write_report
 
         write_report(wd.path, recipe.name, time.perf_counter() - t0, computed, stats, modules,
                      "cuda" if str(device).startswith("cuda") else "cpu")
@@ -560,8 +553,6 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
         meta = build_metadata(plan, source_hashes=b.source_hashes, gguf=gguf_info,
                               modules=modules, calibration=calib, guard_events=events)
         write_json(tmp / "optiq_metadata.json", meta)
-        from ..formats.card import render_card
-        from ..inspect_artifact import inspect
 
         bpw = inspect(tmp)["bits_per_weight"]
         dev = "cuda" if str(b.device).startswith("cuda") else "cpu"

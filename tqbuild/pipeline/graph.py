@@ -11,13 +11,15 @@ import torch
 
 from ..errors import RecipeError
 from ..formats import FORMATS
+from ..formats.trellis import check_geometry
 from ..io.layout import to_artifact
 from ..io.source import Source
 from ..kernels.hadamard import nearest_supported, supported
 from ..models import family_for
 from ..models.base import Family, linears_matching
-from ..recipe import KMap, QuantizeParams, QuantSpec, Recipe, RotateParams
+from ..recipe import KMap, QuantizeParams, QuantSpec, Recipe, RotateParams, WriteParams
 from ..stages.untie import is_tied, lm_head_source
+from .allocate import allocate, load_table
 
 
 @dataclass
@@ -238,7 +240,6 @@ def _plan_tensors(plan: Plan, source: Source) -> None:
 
 def _trellis_spec(plan: Plan, module: str, shape: tuple, spec: QuantSpec) -> QuantSpec:
     """Resolve axis `auto` to the rotated axis and check the block geometry."""
-    from ..formats.trellis import check_geometry
 
     tp = spec.trellis
     where = plan.recipe.line_of("stages", _stage_index(plan.recipe, "quantize"), "quantize")
@@ -274,8 +275,6 @@ def _trellis_spec(plan: Plan, module: str, shape: tuple, spec: QuantSpec) -> Qua
 def allocate_bits(plan: Plan) -> None:
     """Replace every {kmap, budget} with the k the allocator chose per module."""
     from pathlib import Path
-
-    from .allocate import allocate, load_table
 
     pending: dict[tuple[KMap, str], list[str]] = {}
     for m, s in plan.specs.items():
@@ -322,7 +321,6 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 def estimate_sizes(plan: Plan) -> dict[str, int]:
     """Bytes the build will write: the artifact, and the work dir (unit
     checkpoints ≈ the artifact, calibration activations, tokens)."""
-    from ..recipe import WriteParams
 
     wp = plan.recipe.stage("write") or WriteParams()
     fb = DTYPE_BYTES[wp.dtype]

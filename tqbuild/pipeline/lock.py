@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ..errors import BadInput
+from .. import __version__
+from ..errors import BadInput, TQError
 from ..io.atomic import write_json
 from ..io.hash_cache import HashCache
+from ..recipe import load
+from ..stages.calib_data import calibration_files
 
 SCHEMA = 1
 LOCK_NAME = "artifacts.lock"
@@ -38,8 +41,6 @@ def default_lock_path(recipe_file: Path) -> Path:
 
 
 def versions() -> dict[str, str]:
-    from .. import __version__
-
     out = {"tq-build": __version__, "python": platform.python_version()}
     for lib in LIBRARIES:
         try:
@@ -77,8 +78,6 @@ def input_files(plan, source, gguf: Path | None) -> list[Path]:
                                  *source.passthrough_files()]
     calib = plan.recipe.stage("calibrate")
     if calib is not None and calib.source.files:
-        from ..stages.calib_data import calibration_files
-
         files += calibration_files(calib.source.files)
     return files + list(plan.kmap_files)
 
@@ -146,8 +145,6 @@ def check_files(entries: list[dict], base: Path, cache: HashCache, kind: str) ->
 
 def check_entry(entry: dict, base: Path, cache: HashCache) -> list[Finding]:
     """Cheapest first; stops at the first stage that finds something."""
-    from ..errors import TQError
-    from ..recipe import load
 
     rpath = base / entry["recipe"]["path"] if not Path(entry["recipe"]["path"]).is_absolute() \
         else Path(entry["recipe"]["path"])

@@ -14,8 +14,10 @@ import torch
 from safetensors import safe_open
 
 from ..formats.dequant import dequantize_module, entry_for
+from ..formats.trellis import TrellisEntry
 from ..io.layout import to_hf
 from ..models import family_for
+from .trellis_torch import TrellisLinear
 
 HF_TEXT_TYPES = {"qwen3_5": "qwen3_5_text"}
 
@@ -92,8 +94,6 @@ def load_torch(path: Path, dtype=torch.float32, *, packed: bool = False, device:
 def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
     """Swap every trellis module's dense weight for a packed TrellisLinear (decoded
     by the Triton kernels on CUDA, by torch ops elsewhere)."""
-    from ..formats.trellis import TrellisEntry
-    from .trellis_torch import TrellisLinear
 
     quant = cfg.get("quantization") or {}
     raw = read_artifact_tensors(path)

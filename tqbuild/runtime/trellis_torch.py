@@ -26,6 +26,8 @@ try:
 except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
+from ..formats.trellis import TrellisEntry
+from ..kernels.trellis_codes import code_table
 from . import trellis_triton
 
 SMALL_M = trellis_triton.MAX_M
@@ -55,7 +57,6 @@ def decode_torch(words: torch.Tensor, scales: torch.Tensor, table: torch.Tensor,
 
 
 if triton is not None:
-
     @triton.jit
     def _state(w_ptr, row, col, nw, T: tl.constexpr, K: tl.constexpr, L: tl.constexpr):
         """States of stored positions (row, col) — row [R,1], col [1,C] tensors."""
@@ -148,8 +149,6 @@ class TrellisLinear(nn.Module):
     def __init__(self, words: torch.Tensor, scales: torch.Tensor, entry: dict,
                  bias: torch.Tensor | None = None):
         super().__init__()
-        from ..formats.trellis import TrellisEntry
-        from ..kernels.trellis_codes import code_table
 
         te = TrellisEntry.from_config(entry)
         self.k, self.T, self.L, self.code, self.axis = te.k, te.T, te.L, te.code, te.axis

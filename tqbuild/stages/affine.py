@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import BadInput
 from ..formats import mlx_affine
 from ..formats.mx import mx_dequant
 from ..recipe import GuardParams, QuantSpec
 from .gptq import AffineResult, gptq_guarded, proxy_loss
+from .trellis import quantize_trellis_tensor
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -37,8 +39,6 @@ def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
     try:
         import mlx.core as mx
     except ImportError:
-        from ..errors import BadInput
-
         raise BadInput(f"format {spec.format} (tensor {name}) is quantized with MLX, "
                        "which is not installed", fix="pip install mlx (mlx[cpu] on Linux)"
                        ) from None
@@ -72,8 +72,6 @@ def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
     if spec.mx:
         return quantize_mx(name, w, spec, dtype)
     if spec.format == "trellis":
-        from .trellis import quantize_trellis_tensor
-
         return quantize_trellis_tensor(name, w, spec, hessians, guard or GuardParams())
     mats = [w] if w.ndim == 2 else list(w.reshape(-1, *w.shape[-2:]))
     hs = hessians or [None] * len(mats)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..errors import SourceError
+from ..io.paths import checked
 from ..recipe import CalibrateParams
 
 
@@ -67,7 +68,6 @@ def calibration_files(pattern: str | tuple[str, ...]) -> list[Path]:
 
 def from_files(pattern: str | tuple[str, ...], tok, p: CalibrateParams, where: str) -> np.ndarray:
     pats = [pattern] if isinstance(pattern, str) else list(pattern)
-    from ..io.paths import checked
 
     files = calibration_files(pattern)
     if not files:

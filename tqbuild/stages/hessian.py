@@ -19,12 +19,23 @@ import torch
 from torch import nn
 
 
+class LocalReducer:
+    """One process: a sample's partials are added as they come (the reducer
+    interface pipeline/distributed.py's Dist implements across ranks)."""
+
+    world = 1
+
+    def ordered_add(self, acc, count, factors, ntok) -> None:
+        accumulate(acc, count, factors, ntok)
+
+    def finish(self, acc) -> None:
+        pass
+
+
 class HessianCapture:
     def __init__(self, layer: nn.Module, seq_len: int, reducer=None):
-        from ..pipeline.distributed import Dist
-
         self.seq_len = seq_len
-        self.reducer = reducer or Dist()
+        self.reducer = reducer or LocalReducer()
         self.h: dict[str, torch.Tensor] = {}  # key -> H (float64)
         self.alias: dict[str, str] = {}  # module name -> key of its H
         self.count: dict[str, int] = {}
@@ -132,3 +143,26 @@ def _is_router(mod: nn.Module) -> bool:
     p = dict(mod.named_parameters(recurse=False))
     return (set(p) == {"weight"} and p["weight"].ndim == 2 and not isinstance(mod, nn.Embedding)
             and not list(mod.children()) and hasattr(mod, "top_k"))
+
+
+BLOCK_ROWS = 2048  # Hessian rows per block: one block (the plain XᵀX) up to this width
+
+
+def row_blocks(d: int) -> list[tuple[int, int]]:
+    return [(lo, min(d, lo + BLOCK_ROWS)) for lo in range(0, d, BLOCK_ROWS)]
+
+
+def accumulate(acc, count, factors, ntok, mine=None) -> None:
+    """acc[k] += XᵀX for every factor X of every key, in order, row block by row
+    block (only the blocks `mine` accepts, when given)."""
+    for k, fs in factors.items():
+        for f in fs:
+            d = f.shape[1]
+            if k not in acc:
+                acc[k] = torch.zeros((d, d), dtype=torch.float64, device=f.device)
+                count[k] = 0
+            f = f.to(acc[k].device).contiguous()  # the same layout on every path
+            for lo, hi in row_blocks(d):
+                if mine is None or mine(k, lo, hi, d):
+                    acc[k][lo:hi] += f[:, lo:hi].T @ f
+        count[k] = count.get(k, 0) + ntok.get(k, 0)

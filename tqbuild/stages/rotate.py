@@ -10,6 +10,7 @@ import torch
 
 from ..kernels.hadamard import random_hadamard
 from ..models.base import Family, linears_matching
+from .norm_fold import fold_layer
 
 R2_LANE_BASE = 1  # layer i's R2 = lane i + 1 (DESIGN §8)
 
@@ -72,7 +73,6 @@ def fold_decoder_layer(t: dict[str, torch.Tensor], plan, prefix: str, r1: torch.
                        r2_lane: int) -> None:
     """A decoder layer's folds in order: γ into its readers, R1, then R2 (lane
     `r2_lane`) — trunk layers and the MTP companion's layers alike."""
-    from .norm_fold import fold_layer
 
     if plan.has("norm_fold"):
         fold_layer(t, plan.family, prefix)

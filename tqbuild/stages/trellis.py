@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..formats import trellis as fmt
 from ..kernels.viterbi import code_tensor, quantize_blocks
 from .gptq import inverse_cholesky_upper, proxy_loss
 
@@ -166,8 +167,6 @@ def quantize_trellis_tensor(name: str, w: torch.Tensor, spec, hessians, guard
     """One artifact tensor (2-D, or stacked experts [E, out, in]) -> packed words
     + fp16 scales, and the module record (with the reconstruction hash)."""
     import numpy as np
-
-    from ..formats import trellis as fmt
 
     module = name[: -len(".weight")]
     g = geometry(spec)

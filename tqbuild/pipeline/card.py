@@ -9,7 +9,7 @@ import platform
 
 import yaml
 
-from . import FORMATS
+from ..formats import FORMATS
 
 
 def base_model(plan) -> str | None:

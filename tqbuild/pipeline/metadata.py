@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import __version__
+from ..stages.mtp import DEVIATION, MTP_R2_LANE_BASE
 
 FORMAT_VERSION = 1
 DEVIATIONS = (
@@ -33,8 +34,6 @@ def weight_transforms(plan) -> list[dict]:
         "deviations": list(DEVIATIONS),
     }]
     if any(u.kind == "mtp" for u in plan.units):
-        from ..stages.mtp import DEVIATION, MTP_R2_LANE_BASE
-
         out.append({**out[0], "id": f"rotation.{plan.family.model_type}_mtp", "mtp": True,
                     "path": "mtp/", "untie": False,
                     "r2": {**out[0]["r2"], "lanes": f"layer j -> {MTP_R2_LANE_BASE} + j"}
