@@ -9,7 +9,7 @@ from tiny import VOCAB, make_model, reload_source, save_bf16
 
 from tqbuild.eval.metrics import compare, forward_logits
 from tqbuild.io.source import Source
-from tqbuild.pipeline.executor import build
+from tqbuild.pipeline.executor import BuildOptions, build
 from tqbuild.pipeline.graph import compile_plan
 from tqbuild.recipe import load
 from tqbuild.runtime.torch_load import load_torch
@@ -39,8 +39,8 @@ stages:
     plan = compile_plan(load(tmp_path / "r.yaml"), source)
     outs = {}
     for dev in ("cpu", "cuda"):
-        build(plan, source, tmp_path / dev, progress=False, workdir=tmp_path / f"w-{dev}",
-              device=dev)
+        build(plan, source, tmp_path / dev, BuildOptions(progress=False, device=dev),
+              workdir=tmp_path / f"w-{dev}")
         outs[dev] = tmp_path / dev
     ids = torch.randint(0, VOCAB, (128,), generator=torch.Generator().manual_seed(0))
     teacher = forward_logits(reload_source(src), ids)

@@ -20,7 +20,7 @@ from tiny import (
 
 from tqbuild.eval.metrics import compare, forward_logits
 from tqbuild.io.source import Source
-from tqbuild.pipeline.executor import build
+from tqbuild.pipeline.executor import BuildOptions, build
 from tqbuild.pipeline.graph import compile_plan
 from tqbuild.recipe import load
 from tqbuild.runtime.torch_load import load_torch
@@ -46,8 +46,8 @@ def fold_and_compare(mt, d, ids, teacher, dtype: str, tag: str):
     (d / f"{tag}.yaml").write_text(text)
     recipe = load(d / f"{tag}.yaml")
     source = Source(d / "src")
-    build(compile_plan(recipe, source), source, d / f"out-{tag}", progress=False, force=True,
-          workdir=d / "work")
+    build(compile_plan(recipe, source), source, d / f"out-{tag}",
+          BuildOptions(progress=False, force=True), workdir=d / "work")
     return compare(teacher, forward_logits(load_torch(d / f"out-{tag}"), ids, 128))
 
 

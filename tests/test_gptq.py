@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tqbuild.formats import mlx_affine
-from tqbuild.stages.gptq import gptq_core, gptq_guarded, proxy_loss
+from tqbuild.stages.gptq import gptq_core, gptq_guarded
+from tqbuild.stages.guard import proxy_loss
 
 
 def reference_gptq(w, h, bits, gs, damp, act_order, dtype=torch.bfloat16):

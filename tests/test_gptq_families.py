@@ -14,7 +14,7 @@ import pytest
 from tiny import FAMILIES, NO_R1, NO_R2, make_model, save_bf16
 
 from tqbuild.io.source import Source
-from tqbuild.pipeline.executor import build
+from tqbuild.pipeline.executor import BuildOptions, build
 from tqbuild.pipeline.graph import compile_plan
 from tqbuild.recipe import load
 
@@ -39,7 +39,7 @@ stages:
 """)
     source = Source(src)
     build(compile_plan(load(tmp_path / "r.yaml"), source), source, tmp_path / "out",
-          progress=False, workdir=tmp_path / "work")
+          BuildOptions(progress=False), workdir=tmp_path / "work")
     meta = json.loads((tmp_path / "out" / "optiq_metadata.json").read_text())
     mods = meta["modules"]
     gptq = [m for m, r in mods.items() if r["method"] in ("gptq", "rtn+gptq", "gptq+rtn")
@@ -76,7 +76,7 @@ stages:
 """)
     source = Source(src)
     build(compile_plan(load(tmp_path / "r.yaml"), source), source, tmp_path / "out",
-          progress=False, workdir=tmp_path / "work")
+          BuildOptions(progress=False), workdir=tmp_path / "work")
     meta = json.loads((tmp_path / "out" / "optiq_metadata.json").read_text())
     kinds = {e["event"] for e in meta["guard_events"]}
     assert "cholesky_failed" in kinds, kinds

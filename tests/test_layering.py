@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parents[1] / "tqbuild"
 
 # lowest first; a module belongs to the layer of its longest matching prefix
 LAYERS: list[tuple[str, ...]] = [
-    ("tqbuild", "tqbuild.errors"),
+    ("tqbuild", "tqbuild.errors", "tqbuild.divergence", "tqbuild.environment"),
     ("tqbuild.io.atomic", "tqbuild.io.paths", "tqbuild.io.hashing", "tqbuild.io.hash_cache",
      "tqbuild.kernels", "tqbuild.models"),
     ("tqbuild.formats", "tqbuild.inspect_artifact"),

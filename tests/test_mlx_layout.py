@@ -15,7 +15,7 @@ from tiny import FAMILIES, VOCAB, fold_recipe, make_model, reload_source, save_b
 
 from tqbuild.eval.metrics import compare, forward_logits
 from tqbuild.io.source import Source
-from tqbuild.pipeline.executor import build
+from tqbuild.pipeline.executor import BuildOptions, build
 from tqbuild.pipeline.graph import compile_plan
 from tqbuild.recipe import load
 
@@ -33,7 +33,7 @@ def test_fold_artifact_in_stock_mlx_lm(model_type, tmp_path):
             "  - write\n", "  - write: {dtype: float32}\n"))
     source = Source(tmp_path / "src")
     build(compile_plan(load(tmp_path / "r.yaml"), source), source, tmp_path / "out",
-          progress=False, workdir=tmp_path / "work")
+          BuildOptions(progress=False), workdir=tmp_path / "work")
     np.save(tmp_path / "ids.npy", ids.numpy().astype(np.int32))
     p = subprocess.run([sys.executable, str(HERE / "mlx_logits.py"), str(tmp_path / "out"),
                         str(tmp_path / "ids.npy"), str(tmp_path / "logits.npy")],

@@ -191,3 +191,31 @@ def test_qwen38_q3_recipe_builds_vl_with_mtp_and_loads_in_mlx_lm(vl, tmp_path):
     cfg, w = dequantized_state(out)
     assert all(not k.endswith(".scales") for k in w)
     assert np.isfinite(np.concatenate([v.float().flatten().numpy() for v in w.values()])).all()
+
+
+def test_gptq_default_on_a_vision_tower_falls_back_to_rtn(vl, tmp_path):
+    """A calibrated build whose default (GPTQ) also matches the vision tower: the
+    tower is not run on the calibration text, so it has no Hessian and is RTN-
+    coded with a `no_hessian_rtn` event (this crashed with KeyError once)."""
+    _, src = vl
+    (tmp_path / "r.yaml").write_text(f"""name: vlgptq
+source: {{path: {src}}}
+output: {tmp_path / 'out'}
+calibration: {{source: {{self_generated: true}}, samples: 2, seq_len: 16}}
+stages:
+  - untie
+  - norm_fold
+  - rotate: {{r2: off}}
+  - calibrate
+  - quantize:
+      default: {{method: gptq, bits: 4, group_size: 32}}
+  - write
+""")
+    p = cli(tmp_path / "r.yaml", "--workdir", tmp_path / "w", "--no-lock")
+    assert p.returncode == 0, p.stderr[-3000:]
+    mods = json.loads((tmp_path / "out" / "optiq_metadata.json").read_text())["modules"]
+    vis = {m: r for m, r in mods.items() if m.startswith("vision_tower.") and "bits" in r
+           and r["bits"] == 4}
+    assert vis and all(r["method"] == "rtn" and r["guard_events"][0]["event"] ==
+                       "no_hessian_rtn" for r in vis.values())
+    assert mods["language_model.model.layers.0.mlp.up_proj"]["method"] == "gptq"

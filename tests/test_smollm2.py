@@ -15,7 +15,7 @@ import torch
 from tqbuild.eval.metrics import compare, forward_logits
 from tqbuild.io.resolve import resolve_source
 from tqbuild.io.source import Source
-from tqbuild.pipeline.executor import build
+from tqbuild.pipeline.executor import BuildOptions, build
 from tqbuild.pipeline.graph import compile_plan
 from tqbuild.recipe import load
 from tqbuild.runtime.torch_load import load_torch
@@ -36,8 +36,8 @@ def smol(tmp_path_factory):
         recipe = load(ROOT / "recipes" / f"{name}.yaml")
         src_dir, gguf = resolve_source(recipe, work / "cache", log=lambda m: None)
         source = Source(src_dir)
-        build(compile_plan(recipe, source), source, work / name, gguf=gguf, progress=False,
-              workdir=work)
+        build(compile_plan(recipe, source), source, work / name, BuildOptions(progress=False),
+              gguf=gguf, workdir=work)
         out[name] = work / name
     out["source"] = src_dir
     return out

@@ -18,11 +18,11 @@ from tqbuild.formats.dequant import dequantize_module, module_entry
 from tqbuild.kernels.trellis_codes import INST3_RMS, code_table
 from tqbuild.kernels.viterbi import quantize_blocks, reconstruct, viterbi_tailbiting
 from tqbuild.recipe import GuardParams, QuantSpec
-from tqbuild.stages.gptq import proxy_loss
+from tqbuild.stages.guard import proxy_loss
+from tqbuild.stages.quantize import quantize_tensor
 from tqbuild.stages.trellis import (
     Geometry,
     ldlq_core,
-    quantize_trellis_tensor,
     trellis_guarded,
     trellis_plain,
 )
@@ -154,7 +154,7 @@ def test_decode_of_pack_is_the_viterbi_reconstruction(k, axis, interleave):
     w = torch.randn(64, 128) * 0.02
     spec = QuantSpec(method="rtn", format="trellis", bits=k,
                      trellis={"L": 12, "T": 32, "axis": axis, "interleave": interleave})
-    tensors, record = quantize_trellis_tensor("m.weight", w, spec, None, GuardParams())
+    tensors, record = quantize_tensor("m.weight", w, spec, guard=GuardParams())
     words, scales = tensors["m.weight"], tensors["m.scales"]
     rows, cols = (64, 128) if axis == 1 else (128, 64)
     if interleave:
@@ -186,7 +186,7 @@ def test_o1_decode_reads_each_state_from_two_words():
 def test_stacked_experts_round_trip():
     w = torch.randn(3, 32, 64) * 0.1
     spec = QuantSpec(format="trellis", bits=2, trellis={"T": 64, "axis": 1})
-    tensors, _ = quantize_trellis_tensor("e.weight", w, spec, None, GuardParams())
+    tensors, _ = quantize_tensor("e.weight", w, spec, guard=GuardParams())
     assert tensors["e.weight"].shape == (3, 32, 4) and tensors["e.scales"].shape == (3, 32)
     deq = dequantize_module(tensors["e.weight"], tensors["e.scales"], None, module_entry(spec))
     assert deq.shape == w.shape and float((deq - w).pow(2).mean() / w.pow(2).mean()) < 0.1
@@ -229,7 +229,7 @@ def test_ldlq_feedback_with_one_column_groups_is_gptq():
         got = ldlq_core(w, h, g, 0.01, 1e9).recon
     finally:
         tr._code_columns = orig
-    from tqbuild.stages.gptq import inverse_cholesky_upper
+    from tqbuild.stages.guard import inverse_cholesky_upper
 
     U = inverse_cholesky_upper(h, 0.01)
     W = w.double().clone()

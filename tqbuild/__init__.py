@@ -1,3 +1,7 @@
 """tq-build: offline quantization build tool for large language models."""
 
+from .environment import apply_defaults
+
 __version__ = "0.1.0"
+
+apply_defaults()  # process-wide settings, documented in environment.py

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer._click.exceptions import ClickException
 
+from .environment import fast_blas_reexec
 from .errors import BadInput, TQError, VerificationFailed
 from .eval.compare import compare
 from .eval.run import evaluate
@@ -21,17 +23,15 @@ from .eval.sensitivity import METHODS, sensitivity, write_table
 from .inspect_artifact import inspect, render
 from .io.atomic import write_json
 from .io.hash_cache import HashCache
-from .io.paths import creatable, writable_file
 from .io.paths import describe as describe_os_error
-from .io.resolve import resolve_source
-from .io.source import Source
+from .io.paths import writable_file
 from .kernels.codec_check import codec_check
 from .kernels.trellis_codes import CODES
 from .kv.goldens import check_file
+from .pipeline.api import Prepared, prepare, run
 from .pipeline.distributed import Dist
 from .pipeline.events import JsonLog
-from .pipeline.executor import build as run_build
-from .pipeline.graph import compile_plan
+from .pipeline.executor import BuildOptions
 from .pipeline.launch import torchrun
 from .pipeline.lock import check_entry, make_entry, read_lock, rel, update_lock
 from .pipeline.lock import default_lock_path as find
@@ -40,10 +40,6 @@ from .recipe import KMap, load, recipe_json_schema, recipe_reference_markdown
 from .runtime.torch_load import load_torch
 from .upload import upload
 from .verify import cross_runtime, verify_artifact, verify_locked
-
-# MKL may otherwise use fewer threads than asked when the machine is busy, and
-# CPU matmuls round by thread count: a build must not depend on the load
-os.environ.setdefault("MKL_DYNAMIC", "FALSE")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Offline quantization build tool: `tq-build RECIPE.yaml` builds it.")
@@ -59,19 +55,8 @@ def _log(msg: str) -> None:
 
 
 def _prepare(recipe_path: Path, workdir: Path | None, overrides: list[str] | None = None,
-             output: Path | None = None):
-    recipe = load(recipe_path, overrides or ())
-    root = creatable(workdir or recipe.workdir, what="work directory",
-                     where="--workdir" if workdir else recipe.line_of("workdir"),
-                     fix="choose a writable directory with a plain name (the recipe's "
-                     "`workdir:` or --workdir)")
-    out = creatable(output or recipe.output, what="output directory",  # before any slow step
-                    where="--output" if output else recipe.line_of("output"),
-                    fix="choose a writable directory with a plain name (the recipe's "
-                    "`output:` or --output)")
-    src_dir, gguf = resolve_source(recipe, root / "cache", log=_log)
-    source = Source(src_dir, trust_remote_code=recipe.source.trust_remote_code)
-    return recipe, compile_plan(recipe, source), source, gguf, out
+             output: Path | None = None) -> Prepared:
+    return prepare(recipe_path, workdir, overrides or (), output, log=_log)
 
 
 @app.command()
@@ -113,7 +98,6 @@ def build(
 
     Example: tq-build recipes/smollm2-rot-rtn4.yaml --output out/smol
     """
-    import os
     import signal
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
@@ -126,7 +110,9 @@ def build(
     dist = Dist() if launcher else Dist.from_env(device)
     if not dist.lead:  # rank 0 resolves first (a GGUF source is imported once)
         dist.share(None)
-    r, plan, source, gguf, out = _prepare(recipe, workdir, set_, output)  # bad input: exit 2
+    prepared = _prepare(recipe, workdir, set_, output)  # bad input: exit 2
+    r, plan, source, gguf, out = (prepared.recipe, prepared.plan, prepared.source,
+                                  prepared.gguf, prepared.output)
     if dist.lead:
         dist.share(None)
     if log_json is not None:
@@ -152,9 +138,9 @@ def build(
     if log_json is not None and dist.lead:
         events = JsonLog(log_json)
     try:
-        res = run_build(plan, source, out, force=force, gguf=gguf, log=_log,
-                        workdir=Path(workdir or r.workdir), rerun_layers=layers,
-                        device=device, events=events, ignore_disk=ignore_disk, dist=dist)
+        res = run(prepared, BuildOptions(force=force, rerun_layers=frozenset(layers),
+                                         device=device, ignore_disk=ignore_disk),
+                  log=_log, events=events, dist=dist)
     except KeyboardInterrupt:
         if dist.lead:
             typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "
@@ -209,8 +195,7 @@ def plan(
 ) -> None:
     """Print the compiled stage graph without touching weights."""
 
-    r, p, _source, _gguf, _out = _prepare(recipe, workdir, set_)
-    typer.echo(describe(p))
+    typer.echo(describe(_prepare(recipe, workdir, set_).plan))
 
 
 @app.command("inspect")
@@ -491,20 +476,6 @@ def kv_check_goldens(
                                  fix="the reference-mode codec no longer reproduces them")
 
 
-OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
-
-
-def _fast_blas_reexec() -> None:
-    """MLX's CPU build ships a reference BLAS (~3 GFLOP/s); Debian's OpenBLAS
-    through LD_PRELOAD is ~30x faster. Re-exec once with it when present."""
-    import os
-
-    if sys.platform == "linux" and os.path.exists(OPENBLAS) and \
-            "openblas" not in os.environ.get("LD_PRELOAD", ""):
-        env = dict(os.environ, LD_PRELOAD=OPENBLAS)
-        os.execve(sys.executable, [sys.executable, "-m", "tqbuild", *sys.argv[1:]], env)
-
-
 @kv_app.command("eval")
 def kv_eval(
     model: Annotated[Path, typer.Argument(help="An mlx-lm loadable model dir (HF or MLX).")],
@@ -520,7 +491,7 @@ def kv_eval(
     Example: tq-build kv eval out/smollm2-fold
     """
 
-    _fast_blas_reexec()
+    fast_blas_reexec()
     if not model.is_dir():
         raise BadInput(f"model {model} is not a directory", fix="pass an mlx-lm model dir")
     if not text.is_file():
@@ -556,13 +527,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     except typer.Exit as e:
         raise SystemExit(e.exit_code) from None
-    except Exception as e:  # (typer's vendored) click usage errors: show, exit 2
-        if hasattr(e, "show") and hasattr(e, "exit_code"):
-            e.show()
-            raise SystemExit(e.exit_code) from None
-        if type(e).__name__ == "Abort":
-            raise SystemExit(130) from None
-        raise
+    except typer.Abort:
+        raise SystemExit(130) from None
+    except ClickException as e:  # usage errors (typer's vendored click): show, exit 2
+        e.show()
+        raise SystemExit(e.exit_code) from None
 
 
 if __name__ == "__main__":

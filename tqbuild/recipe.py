@@ -321,6 +321,24 @@ class Recipe(Frozen):
     def stage(self, name: str) -> Any | None:
         return next((s.params for s in self.stages if s.name == name), None)
 
+    # the stages' parameters, typed (None: the recipe does not have that stage)
+    @property
+    def rotate(self) -> RotateParams | None:
+        return self.stage("rotate")
+
+    @property
+    def calibrate(self) -> CalibrateParams | None:
+        return self.stage("calibrate")
+
+    @property
+    def quantize(self) -> QuantizeParams | None:
+        return self.stage("quantize")
+
+    @property
+    def write(self) -> WriteParams:
+        """Always present: the loader appends a default `write` when it is missing."""
+        return self.stage("write")
+
     def line_of(self, *path: str | int) -> str:
         """file:line of the deepest recorded node on `path`."""
         for n in range(len(path), -1, -1):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .divergence import mean_kl
 from .errors import BadInput
 from .formats import FORMATS
 from .formats.dequant import entry_for
@@ -105,7 +106,7 @@ def cross_runtime(path: Path, device: str = "cpu",
         # the prompt (M > 4 rows: expanded weights) and its last tokens fed one
         # at a time through the KV cache (M = 1: the decode-matvec kernels)
         for what, got in (("prompt", ref), ("decode", _decode_steps(model, ids, 4, device))):
-            kl = _mean_kl(want[-got.shape[0]:], got)
+            kl = mean_kl(want[-got.shape[0]:], got)
             info[f"torch_device_vs_cpu_{what}_mean_kl"] = kl
             if not kl < tolerance:
                 problems.append(f"the torch {device} and CPU runtimes disagree on the {what} "
@@ -120,7 +121,7 @@ def cross_runtime(path: Path, device: str = "cpu",
         return problems, info
     m, _ = mlx_load(path, dtype=mx.float32)
     got = torch.from_numpy(np.array(m(mx.array(ids.numpy())[None])[0].astype(mx.float32)))
-    kl = _mean_kl(ref, got)
+    kl = mean_kl(ref, got)
     info["runtimes"].append("mlx")
     info["torch_vs_mlx_mean_kl"] = kl
     if not kl < tolerance:
@@ -144,10 +145,3 @@ def _decode_steps(model, ids, n: int, device: str):
             rows.append(out.logits[0, -1].float().cpu())
     return torch.stack(rows)
 
-
-def _mean_kl(p_logits, q_logits) -> float:
-    import torch
-
-    lp = torch.log_softmax(p_logits.double(), -1)
-    lq = torch.log_softmax(q_logits.double(), -1)
-    return float((lp.exp() * (lp - lq)).sum(-1).mean())

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..divergence import kl_rows
+
 DECISIVE_MARGIN = 0.05  # logits; below it the teacher's own top-1 is a near-tie
 
 
@@ -42,9 +44,7 @@ def perplexity(logits: torch.Tensor, ids: torch.Tensor, window: int = 512) -> fl
 
 def compare(teacher: torch.Tensor, candidate: torch.Tensor) -> Comparison:
     """Per-position KL(teacher ‖ candidate), computed in float64."""
-    lp = torch.log_softmax(teacher.double(), -1)
-    lq = torch.log_softmax(candidate.double(), -1)
-    kl = (lp.exp() * (lp - lq)).sum(-1)
+    kl = kl_rows(teacher, candidate)
     same = teacher.argmax(-1) == candidate.argmax(-1)
     top2 = teacher.float().topk(2, -1).values
     decisive = (top2[:, 0] - top2[:, 1]) >= DECISIVE_MARGIN

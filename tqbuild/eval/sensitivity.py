@@ -28,7 +28,7 @@ from ..io.layout import to_hf
 from ..io.resolve import resolve_source
 from ..io.source import Source
 from ..kernels.codec_check import PUBLISHED
-from ..pipeline.executor import build
+from ..pipeline.executor import BuildOptions, build
 from ..pipeline.graph import compile_plan
 from ..recipe import AFFINE_BITS, KMap, apply_override, load
 from ..runtime.torch_load import load_torch
@@ -65,8 +65,9 @@ def fold_reference(recipe_path: Path, workdir: Path, overrides=()) -> tuple:
     src_dir, gguf = resolve_source(ref_recipe, workdir / "cache", log=lambda m: None)
     source = Source(src_dir)
     if not (out / "config.json").is_file():
-        build(compile_plan(ref_recipe, source), source, out, gguf=gguf, progress=False,
-              workdir=workdir, force=True, log=lambda m: None)
+        build(compile_plan(ref_recipe, source), source, out,
+              BuildOptions(progress=False, force=True), gguf=gguf, workdir=workdir,
+              log=lambda m: None)
     plan = compile_plan(recipe, source, allocate=False)
     return out, plan, src_dir
 

@@ -102,11 +102,6 @@ def dequantize_packed(words: torch.Tensor, scales: torch.Tensor, biases: torch.T
     return dequantize(q, scales, biases, group_size)
 
 
-def proxy_error(w: torch.Tensor, wq: torch.Tensor) -> float:
-    """Relative Frobenius error ||W − Q|| / ||W||."""
-    return float(torch.linalg.norm(w - wq) / torch.linalg.norm(w).clamp_min(1e-30))
-
-
 class AffineFormat(FormatSpec):
     """MLX's affine mode: packed q, per-group scale and bias."""
 

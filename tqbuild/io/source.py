@@ -110,9 +110,12 @@ class Source:
                               fix="repair or re-export the checkpoint")
         return t
 
-    def file_hashes(self) -> dict[str, str]:
-        out = {f.name: sha256_file(f) for f in self.files}
-        out["config.json"] = sha256_file(self.path / "config.json")
+    def file_hashes(self, cache=None) -> dict[str, str]:
+        """sha256 of every weight file and config.json; `cache` (io.hash_cache):
+        reuse hashes of files unchanged since (size, mtime, inode)."""
+        digest = cache.sha256 if cache is not None else sha256_file
+        out = {f.name: digest(f) for f in self.files}
+        out["config.json"] = digest(self.path / "config.json")
         return out
 
     def passthrough_files(self) -> list[Path]:

@@ -10,6 +10,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models import cache as mlx_cache
 
+from ..divergence import kl_rows
 from .mlx_cache import make_cache
 
 SCHEMES = ("mlx-kv8", "mlx-kv4", "k8v8", "k8v4", "k8v3", "k8v2", "k4v3", "k4v2")
@@ -35,16 +36,6 @@ def run_logits(model, ids: np.ndarray, scheme: str | None, chunk: int):
     return np.concatenate(out), caches
 
 
-def kl_rows(teacher: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    def logsm(x):
-        x = x.astype(np.float64)
-        x = x - x.max(-1, keepdims=True)
-        return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-    lp, lq = logsm(teacher), logsm(cand)
-    return (np.exp(lp) * (lp - lq)).sum(-1)
-
-
 def evaluate(model_path: Path, text: str, tokens: int = 512, chunk: int = 64,
              schemes=SCHEMES) -> dict:
     from mlx_lm import load
@@ -59,7 +50,7 @@ def evaluate(model_path: Path, text: str, tokens: int = 512, chunk: int = 64,
                                   "bytes_per_token": sum(c.nbytes for c in attn) / len(ids)}}
     for s in schemes:
         lg, caches = run_logits(model, ids, s, chunk)
-        kl = kl_rows(teacher, lg)
+        kl = kl_rows(teacher, lg).numpy()
         quant = [c for c in caches if not isinstance(c, mlx_cache.RotatingKVCache)]
         nbytes = sum(c.nbytes for c in quant)
         rows[s] = {"mean_kl": float(kl.mean()), "max_kl": float(kl.max()),

@@ -54,6 +54,11 @@ class Family:
     vision_seams: tuple[str, ...] = ()
     # multi-token-prediction head shipped as a folded companion in `mtp/`
     mtp_prefix: str | None = None
+    # transformers' model_type of the text trunk alone, where it differs
+    # (qwen3_5 -> qwen3_5_text): the config a single layer is built from
+    hf_text_model_type: str | None = None
+    # the embedding output is multiplied by sqrt(hidden) (gemma)
+    embed_scale_sqrt_hidden: bool = False
     notes: tuple[str, ...] = field(default=())
 
     @property

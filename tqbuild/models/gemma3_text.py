@@ -13,6 +13,7 @@ FAMILY = Family(
     residual_readers=ATTN_IN + MLP_IN,
     residual_writers=WRITERS,
     zero_centred_norms=True,
+    embed_scale_sqrt_hidden=True,
     r1_invalid=(
         "R1 is invalid for gemma3_text: post_attention_layernorm and post_feedforward_layernorm "
         "normalise o_proj's and down_proj's outputs before the residual add, so a rotation of "

@@ -11,4 +11,5 @@ WRITERS = ("self_attn.o_proj", "linear_attn.out_proj", "mlp.down_proj")
 FAMILY = hybrid_family("qwen3_5", LINEAR_IN, MLP_IN, WRITERS,
                        artifact_prefix="language_model.", artifact_model_type="qwen3_5",
                        vision_prefix="model.visual.",
-                       vision_seams=("model.visual.merger.linear_fc2",), mtp_prefix="mtp.")
+                       vision_seams=("model.visual.merger.linear_fc2",), mtp_prefix="mtp.",
+                       hf_text_model_type="qwen3_5_text")

@@ -27,23 +27,25 @@ from ..errors import OutputError
 from ..formats.dequant import dequantize_module, module_entry
 from ..inspect_artifact import inspect
 from ..io.atomic import replace_dir, write_json
+from ..io.hash_cache import HashCache
 from ..io.hashing import sha256_file
 from ..io.hfconfig import artifact_config, quantization_entry
 from ..io.layout import to_artifact, to_hf
 from ..io.source import Source
 from ..io.writer import ShardWriter
-from ..recipe import WriteParams
-from ..stages import norm_fold, rotate
-from ..stages.affine import DTYPES, quantize_tensor
+from ..stages import rotate
+from ..stages.affine import DTYPES
 from ..stages.calib_data import calibration_ids, token_hash
-from ..stages.hessian import HessianCapture
+from ..stages.hessian import HessianCapture, head_hessian
 from ..stages.layer_forward import LayerRunner
-from ..stages.mtp import fold_mtp, fold_vision_seams
-from ..stages.untie import untie
+from ..stages.quantize import quantize_tensor
+from . import fingerprints as fp
+from .activations import ActivationStream
 from .build_report import write_report
 from .card import render_card
 from .distributed import Dist
-from .graph import Plan, Unit, _unit_of, estimate_sizes
+from .folds import fold_unit
+from .graph import Plan, Unit, estimate_sizes
 from .metadata import build_metadata
 from .workdir import RankWorkDir, WorkDir, fingerprint
 
@@ -109,37 +111,19 @@ def _temp_dir(output: Path) -> Path:
     return tmp
 
 
-def fold_unit(plan: Plan, source: Source, unit: Unit, r1: torch.Tensor | None
-              ) -> dict[str, torch.Tensor]:
-    """Source tensors of one unit -> folded float32 tensors, HF names."""
-    fam = plan.family
-    if unit.kind == "head":
-        t = {unit.keys[0]: source.get(unit.keys[0])}
-        if not plan.emits_lm_head:
-            return t
-        head = source.get(unit.keys[1])
-        t[f"{fam.lm_head}.weight"] = untie(head) if plan.tied else head
-        if plan.has("norm_fold"):
-            norm_fold.fold_final(t, fam)
-        if r1 is not None:
-            key = f"{fam.lm_head}.weight"
-            t[key] = rotate.rotate_readers_input(t[key], r1)
-        return t
-    t = {k: source.get(k) for k in unit.keys}
-    if unit.kind == "mtp":
-        return fold_mtp(t, plan, r1)
-    if unit.kind == "extra" and r1 is not None and fam.vision_seams:
-        fold_vision_seams(t, fam, r1)
-    if unit.kind == "embed" and r1 is not None:
-        t[unit.keys[0]] = rotate.rotate_readers_input(t[unit.keys[0]], r1)
-    elif unit.kind == "layer":
-        rotate.fold_decoder_layer(t, plan, f"{fam.layer_prefix}{unit.index}.", r1,
-                                  rotate.R2_LANE_BASE + unit.index)
-    return t
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to run a build (what to build is the plan)."""
+
+    force: bool = False  # replace an output dir that holds something else
+    rerun_layers: frozenset[int] = frozenset()  # recompute even if checkpointed
+    device: str = "cpu"
+    progress: bool = True
+    ignore_disk: bool = False
 
 
 class Builder:
-    """One build: fingerprints, calibration state, unit computation, assembly."""
+    """One build: calibration state and the computation of each unit."""
 
     def __init__(self, plan: Plan, source: Source, wd: WorkDir, *, device: str = "cpu",
                  log=print, progress: bool = True, events=None, dist: Dist | None = None):
@@ -151,47 +135,26 @@ class Builder:
         self.device, self.log, self.progress = device, log, progress and lead
         self.events = (events if lead else None) or (lambda event, **fields: None)
         self.fam = plan.family
-        self.write = plan.recipe.stage("write") or WriteParams()
+        self.write = plan.recipe.write
         self.dtype = DTYPES[self.write.dtype]
         self.calib = plan.recipe.stage("calibrate")
-        q = plan.quantize
-        self.hessian_units = set()
-        if self.calib is not None and q is not None:
-            for module, spec in plan.specs.items():
-                unit = self._unit_of_module(module)
-                # embeddings are a lookup, not a product: no Hessian, RTN
-                if spec.uses_hessian and spec.format in ("affine", "trellis") \
-                        and unit != "embed":
-                    self.hessian_units.add(unit)
+        self.hessian_units = fp.hessian_units(plan)
         self.r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) if plan.r1_on else None
-        self.source_hashes = source.file_hashes()  # hashed once per build (large files)
+        cache = HashCache(wd.path.parent / "hash-cache.json" if lead else None)
+        self.source_hashes = source.file_hashes(cache)  # multi-GB shards: hashed once
+        cache.save()
         self.src_fp = fingerprint(self.source_hashes)
-        stage_params = {s.name: s.params.model_dump() for s in plan.recipe.stages
-                        if s.name in ("untie", "norm_fold", "rotate")}
-        self.fold_fp = fingerprint(self.fam.model_type, stage_params, self.write.dtype)
+        self.fold_fp = fp.fold_fingerprint(plan, self.write.dtype)
         self.ids: np.ndarray | None = None
         self.token_sha: str | None = None
         self.runner = None
-        self.x: torch.Tensor | None = None  # activations entering the next layer
-        self.x_layer = -1  # those activations come after this layer (-1: embeddings)
+        self.acts: ActivationStream | None = None
         self.act_fp: dict[int, str] = {}
         self._pending_y: torch.Tensor | None = None  # layer output from the Hessian pass
 
-    # ---- fingerprints ---------------------------------------------------------
-    def _unit_of_module(self, module: str) -> str:
-        return _unit_of(self.plan, module + ".weight")
-
-    def unit_specs(self, unit: Unit) -> dict:
-        mine = {m: s.model_dump() for m, s in self.plan.specs.items()
-                if self._unit_of_module(m) == unit.name}
-        return dict(sorted(mine.items()))
-
     def unit_fp(self, unit: Unit) -> str:
-        uses_h = unit.name in self.hessian_units
-        upstream = self.act_fp[unit.index - 1] if uses_h else None
-        guard = self.plan.quantize.guard.model_dump() if self.plan.quantize else None
-        return fingerprint("unit-v1", unit.name, self.src_fp, self.fold_fp,
-                           self.unit_specs(unit), guard, upstream)
+        upstream = self.act_fp[unit.index - 1] if unit.name in self.hessian_units else None
+        return fp.unit_fingerprint(self.plan, unit, self.src_fp, self.fold_fp, upstream)
 
     # ---- calibration ----------------------------------------------------------
     def start_calibration(self) -> None:
@@ -213,41 +176,15 @@ class Builder:
         self.ids = self.dist.share(ids)
         self.token_sha = token_hash(self.ids)
         self.runner = LayerRunner(self.plan.config, self.fam, self.device)
-        self.act_fp[-1] = fingerprint("acts-v1", self.src_fp, self.fold_fp, self.token_sha)
-        mode = p.hessians
-        for i in range(self.plan.num_layers):
-            unit = self.plan.units[i + 1]
-            link = self.unit_fp(unit) if mode == "propagate" else i
-            self.act_fp[i] = fingerprint(self.act_fp[i - 1], mode, link)
+        self.act_fp = fp.activation_fingerprints(self.plan, self.src_fp, self.fold_fp,
+                                                 self.token_sha, self.hessian_units)
+        self.acts = ActivationStream(self.wd, self.dist, self.runner, len(self.ids),
+                                     self.act_fp, self._embeddings, self._layer_for_forward,
+                                     p.keep)
 
-    def embeddings(self) -> torch.Tensor:
+    def _embeddings(self) -> torch.Tensor:
         w = fold_unit(self.plan, self.source, self.plan.units[0], self.r1)
         return self.runner.embed(w[f"{self.fam.embed}.weight"], torch.from_numpy(self.ids))
-
-    def acts_before(self, i: int) -> torch.Tensor:
-        """This rank's activations entering layer i, from memory, the work dir, or
-        recomputed."""
-        if self.x is not None and self.x_layer == i - 1:
-            return self.x
-        j = i - 1
-        x = None
-        while j >= 0:
-            x = self.wd.load_acts(j, self.act_fp[j])
-            if x is not None:
-                break
-            j -= 1
-        if x is None:
-            x = self.embeddings()
-        x = self.dist.mine(x)
-        for k in range(j + 1, i):  # replay forward-only through layers without saved acts
-            layer = self._layer_for_forward(k)
-            x = self.runner.run(k, layer, x)
-            self._save_acts(k, x)
-        self.x, self.x_layer = x, i - 1
-        return x
-
-    def _save_acts(self, i: int, x: torch.Tensor) -> None:
-        self.wd.save_acts(i, self.act_fp[i], self.dist.gather_samples(x, len(self.ids)))
 
     def _layer_for_forward(self, i: int):
         unit = self.plan.units[i + 1]
@@ -274,6 +211,16 @@ class Builder:
                 deq[name] = t.float()
         return to_hf(self.fam, deq)
 
+    def calibration(self) -> dict | None:
+        """The metadata's calibration record (None: no calibration ran)."""
+        if self.calib is None or self.token_sha is None:
+            return None
+        c = self.calib
+        kind = ("files" if c.source.files else "dataset" if c.source.dataset
+                else "self_generated")
+        return {**c.model_dump(), "source": kind, "source_spec": c.source.model_dump(),
+                "token_sha256": self.token_sha}
+
     # ---- computing one unit -----------------------------------------------------
     def compute(self, unit: Unit, bar) -> tuple[dict[str, torch.Tensor], dict]:
         t0 = time.perf_counter()
@@ -282,7 +229,11 @@ class Builder:
         if unit.name in self.hessian_units and unit.kind == "layer":
             hessians = self._layer_hessians(unit, hf, bar)
         elif unit.name in self.hessian_units and unit.kind == "head":
-            hessians = self._head_hessian(hf)
+            x = self.acts.before(self.plan.num_layers)
+            hessians = {f"{self.fam.lm_head}.weight": head_hessian(
+                x, hf[f"{self.fam.final_norm}.weight"].to(x.device),
+                float(self.plan.config.get("rms_norm_eps", 1e-6)),
+                self.fam.zero_centred_norms, self.dist, self.dist.rounds(len(self.ids)))}
         bar.set_postfix_str(f"{unit.name}: quantize")
         art = to_artifact(self.fam, hf)
         done = self._quantize_all(art, hessians)
@@ -299,7 +250,7 @@ class Builder:
                                    record["guard_events"])
             modules[module] = record
             out.update(tensors)
-        if unit.kind == "layer" and self.runner is not None:
+        if unit.kind == "layer" and self.acts is not None:
             self._advance(unit, hf, out)
         return out, {"modules": modules, "seconds": round(time.perf_counter() - t0, 3)}
 
@@ -329,7 +280,7 @@ class Builder:
 
     def _layer_hessians(self, unit: Unit, hf: dict, bar) -> dict[str, torch.Tensor]:
         i = unit.index
-        x = self.acts_before(i)
+        x = self.acts.before(i)
         pre = f"{self.fam.layer_prefix}{i}."
         layer = self._materialise(i, hf)
         bar.set_postfix_str(f"{unit.name}: hessians")
@@ -343,22 +294,6 @@ class Builder:
         y = torch.cat(ys) if ys else x[:0]
         self._pending_y = y  # original-mode output, reused by _advance
         return {f"{pre}{name}": cap.for_module(name) for name in cap.alias}
-
-    def _head_hessian(self, hf: dict) -> dict[str, torch.Tensor]:
-        x = self.acts_before(self.plan.num_layers)
-        norm_w = hf[f"{self.fam.final_norm}.weight"].to(x.device)
-        eps = float(self.plan.config.get("rms_norm_eps", 1e-6))
-        gain = 1.0 + norm_w if self.fam.zero_centred_norms else norm_w
-        acc: dict[str, torch.Tensor] = {}
-        for j in range(self.dist.rounds(len(self.ids))):  # per sample, in sample order
-            parts = {}
-            if j < x.shape[0]:
-                xs = x[j]
-                xn = (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * gain).double()
-                parts["h"] = [xn]  # the factor: the reducer adds xnᵀxn
-            self.dist.ordered_add(acc, {}, parts, {})
-        self.dist.finish(acc)
-        return {f"{self.fam.lm_head}.weight": acc["h"]}
 
     def _hessians_for(self, module: str, t: torch.Tensor, hessians: dict
                       ) -> list[torch.Tensor | None] | None:
@@ -382,18 +317,15 @@ class Builder:
         i = unit.index
         y, self._pending_y = self._pending_y, None
         if self.calib.hessians == "propagate" or y is None:
-            x = self.acts_before(i)
+            x = self.acts.before(i)
             state = dict(hf)
             if self.calib.hessians == "propagate":
                 state.update(self._dequantized_hf(quantized))
             y = self.runner.run(i, self._materialise(i, state), x)
-        self._save_acts(i, y)
-        if self.calib.keep == "last":
-            self.wd.prune_acts(before=i)
-        self.x, self.x_layer = y, i
+        self.acts.advance(i, y)
 
     # ---- the whole build ----------------------------------------------------------
-    def run(self, rerun: set[int]) -> tuple[dict[str, str], list[str], dict]:
+    def run(self, rerun: frozenset[int] | set[int]) -> tuple[dict[str, str], list[str], dict]:
         plan = self.plan
         if self.calib is not None and self.hessian_units:
             self.start_calibration()
@@ -411,13 +343,13 @@ class Builder:
         for unit in bar:
             where = (f"layer {unit.index + 1}/{n_layers}" if unit.kind == "layer" else unit.name)
             bar.set_postfix_str(where)
-            fp = self.unit_fp(unit)
-            fps[unit.name] = fp
-            cached = None if unit.name in forced else self.wd.load_unit(unit.name, fp)
+            fp_ = self.unit_fp(unit)
+            fps[unit.name] = fp_
+            cached = None if unit.name in forced else self.wd.load_unit(unit.name, fp_)
             self.events("unit_start", unit=unit.name, cached=cached is not None)
             if cached is None:
                 tensors, st = self.compute(unit, bar)
-                self.wd.save_unit(unit.name, fp, tensors, st)
+                self.wd.save_unit(unit.name, fp_, tensors, st)
                 computed.append(unit.name)
                 stats[unit.name] = st
                 del tensors
@@ -465,37 +397,36 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
-          gguf: Path | None = None, log=print, progress: bool = True,
-          workdir: Path | None = None, rerun_layers: set[int] | None = None,
-          device: str = "cpu", events=None, ignore_disk: bool = False,
+def build(plan: Plan, source: Source, output: Path, options: BuildOptions = BuildOptions(), *,
+          gguf: Path | None = None, workdir: Path | None = None, log=print, events=None,
           dist: Dist | None = None) -> BuildResult:
     t0 = time.perf_counter()
     recipe = plan.recipe
     output = Path(output)
-    dist = dist or Dist(device=device)
+    dist = dist or Dist(device=options.device)
     if dist.lead:
-        check_output(output, recipe.name, force)
-        if not ignore_disk:
+        check_output(output, recipe.name, options.force)
+        if not options.ignore_disk:
             check_disk(plan, output, Path(workdir or recipe.workdir))
     wd = WorkDir(Path(workdir or recipe.workdir), recipe.name)
     if dist.lead:
         wd.lock()
     try:
-        builder = Builder(plan, source, wd, device=dist.device, log=log, progress=progress,
-                          events=events, dist=dist)
+        builder = Builder(plan, source, wd, device=dist.device, log=log,
+                          progress=options.progress, events=events, dist=dist)
         builder.events("build_start", recipe=recipe.name, units=len(plan.units),
                        ranks=dist.world)
-        fps, computed, stats = builder.run(set(rerun_layers or ()))
+        fps, computed, stats = builder.run(options.rerun_layers)
         if not dist.lead:  # rank 0 assembles the artifact from its checkpoints
             return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=[],
                                modules={}, computed=computed)
-        shards, modules = assemble(builder, fps, output, gguf)
+        device = "cuda" if str(options.device).startswith("cuda") else "cpu"
+        shards, modules = assemble(plan, source, wd, fps, output, gguf, builder.calibration(),
+                                   builder.source_hashes, device)
         builder.events("build_end", recipe=recipe.name, computed=len(computed),
                        seconds=round(time.perf_counter() - t0, 3))
-
         write_report(wd.path, recipe.name, time.perf_counter() - t0, computed, stats, modules,
-                     "cuda" if str(device).startswith("cuda") else "cpu")
+                     device)
     except Exception as e:
         if disk_full(e):
             raise OutputError(f"the disk filled up while writing ({output} or {wd.path})",
@@ -508,20 +439,23 @@ def build(plan: Plan, source: Source, output: Path, *, force: bool = False,
                        modules=modules, computed=computed)
 
 
-def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
+def assemble(plan: Plan, source: Source, wd: WorkDir, fps: dict[str, str], output: Path,
+             gguf: Path | None, calibration: dict | None, source_hashes: dict, device: str
              ) -> tuple[list[str], dict]:
-    """Checkpoints -> shards + config + metadata in a temp dir, renamed into place."""
-    plan = b.plan
+    """Checkpoints -> shards + config + metadata in a temp dir, renamed into place.
+    `calibration`: the metadata's calibration record (None without calibration);
+    `device`: where the numbers in the model card were measured (cpu | cuda)."""
+    write = plan.recipe.write
     tmp = _temp_dir(output)
     try:
-        writer = ShardWriter(tmp, b.write.shard_bytes)
+        writer = ShardWriter(tmp, write.shard_bytes)
         modules: dict = {}
         events: list = []
         for unit in plan.units:
-            tensors, st = b.own_wd.load_unit(unit.name, fps[unit.name])
+            tensors, st = wd.load_unit(unit.name, fps[unit.name])
             if unit.kind == "mtp":  # the companion: its own directory, HF layout
                 (tmp / "mtp").mkdir()
-                companion = ShardWriter(tmp / "mtp", b.write.shard_bytes)
+                companion = ShardWriter(tmp / "mtp", write.shard_bytes)
                 for k, v in tensors.items():
                     companion.add(k, v)
                 companion.finish()
@@ -538,25 +472,16 @@ def assemble(b: Builder, fps: dict[str, str], output: Path, gguf: Path | None
         quant = quantization_entry(plan.specs, qp.default) if qp else None
         cfg = artifact_config(plan.config, model_type=plan.family.artifact_model_type,
                               untied=plan.tied and plan.has("untie"), quantization=quant,
-                              dtype=b.write.dtype)
+                              dtype=write.dtype)
         write_json(tmp / "config.json", cfg)
-        for f in b.source.passthrough_files():
+        for f in source.passthrough_files():
             shutil.copyfile(f, tmp / f.name)
         gguf_info = {"file": gguf.name, "sha256": sha256_file(gguf)} if gguf else None
-        calib = None
-        if b.calib is not None and b.token_sha is not None:
-            c = b.calib
-            kind = ("files" if c.source.files else "dataset" if c.source.dataset
-                    else "self_generated")
-            calib = {**c.model_dump(), "source": kind, "source_spec": c.source.model_dump(),
-                     "token_sha256": b.token_sha}
-        meta = build_metadata(plan, source_hashes=b.source_hashes, gguf=gguf_info,
-                              modules=modules, calibration=calib, guard_events=events)
+        meta = build_metadata(plan, source_hashes=source_hashes, gguf=gguf_info,
+                              modules=modules, calibration=calibration, guard_events=events)
         write_json(tmp / "optiq_metadata.json", meta)
-
         bpw = inspect(tmp)["bits_per_weight"]
-        dev = "cuda" if str(b.device).startswith("cuda") else "cpu"
-        (tmp / "README.md").write_text(render_card(plan, meta, bpw, dev))
+        (tmp / "README.md").write_text(render_card(plan, meta, bpw, device))
         for f in tmp.rglob("*"):
             f.chmod(0o755 if f.is_dir() else 0o644)
         replace_dir(tmp, output)

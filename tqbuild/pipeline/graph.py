@@ -16,8 +16,8 @@ from ..io.layout import to_artifact
 from ..io.source import Source
 from ..kernels.hadamard import nearest_supported, supported
 from ..models import family_for
-from ..models.base import Family, linears_matching
-from ..recipe import KMap, QuantizeParams, QuantSpec, Recipe, RotateParams, WriteParams
+from ..models.base import Family
+from ..recipe import KMap, QuantizeParams, QuantSpec, Recipe, RotateParams
 from ..stages.untie import is_tied, lm_head_source
 from .allocate import allocate, load_table
 
@@ -43,8 +43,9 @@ class Plan:
     rotate: RotateParams | None
     quantize: QuantizeParams | None
     specs: dict[str, QuantSpec] = field(default_factory=dict)  # artifact module -> spec
+    module_units: dict[str, str] = field(default_factory=dict)  # artifact module -> unit name
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # artifact tensor shapes
-    touched: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # unit -> stage -> names
+    hf_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # units' HF inputs
     dropped: list[str] = field(default_factory=list)
     allocations: list[dict] = field(default_factory=list)  # trellis k maps chosen
     kmap_files: list = field(default_factory=list)  # the sensitivity tables they read
@@ -173,40 +174,6 @@ def unit_hf_names(plan: Plan, unit: Unit) -> list[str]:
     return list(unit.keys)
 
 
-def touched_by(plan: Plan, unit: Unit) -> dict[str, list[str]]:
-    """Which HF tensors each stage changes in this unit (for `plan` and fingerprints)."""
-    fam = plan.family
-    out: dict[str, list[str]] = {}
-    names = unit_hf_names(plan, unit)
-    if unit.kind == "head" and plan.tied and plan.has("untie"):
-        out["untie"] = [f"{fam.lm_head}.weight"]
-    if unit.kind == "layer":
-        pre = f"{fam.layer_prefix}{unit.index}."
-        mods = [k[len(pre):-7] for k in names if k.endswith(".weight")]
-        if plan.has("norm_fold"):
-            t = []
-            for nf in fam.norm_folds:
-                if f"{nf.norm}" in mods:
-                    t += [pre + nf.norm] + [pre + m for m in linears_matching(mods, nf.readers)]
-            out["norm_fold"] = t
-        rot = []
-        if plan.r1_on:
-            sides = fam.residual_readers + fam.residual_writers
-            rot += [pre + m for m in linears_matching(mods, sides)]
-        if plan.r2_on:
-            rot += [pre + fam.head_producer, pre + fam.head_consumer]
-        if rot:
-            out["rotate"] = rot
-    elif unit.kind == "head":
-        if plan.has("norm_fold"):
-            out["norm_fold"] = [fam.final_norm, fam.lm_head]
-        if plan.r1_on:
-            out["rotate"] = [fam.lm_head]
-    elif unit.kind == "embed" and plan.r1_on:
-        out["rotate"] = [fam.embed]
-    return out
-
-
 def _plan_tensors(plan: Plan, source: Source) -> None:
     fam, q = plan.family, plan.quantize
     for unit in plan.units:
@@ -214,14 +181,15 @@ def _plan_tensors(plan: Plan, source: Source) -> None:
         for name in unit_hf_names(plan, unit):
             src = unit.keys[1] if unit.kind == "head" and name.startswith(fam.lm_head) else name
             metas[name] = torch.empty(source.shape(src), device="meta")
+            plan.hf_shapes[name] = tuple(metas[name].shape)
         art = to_artifact(fam, metas)
-        plan.touched[unit.name] = touched_by(plan, unit)
         for aname, t in art.items():
             shape = tuple(t.shape)
             plan.shapes[aname] = shape
             if q is None or not quantizable(aname, shape):
                 continue
             module = aname[: -len(".weight")]
+            plan.module_units[module] = unit.name
             spec = q.spec_for(module)
             if spec.format == "trellis":
                 spec = _trellis_spec(plan, module, shape, spec)
@@ -322,7 +290,7 @@ def estimate_sizes(plan: Plan) -> dict[str, int]:
     """Bytes the build will write: the artifact, and the work dir (unit
     checkpoints ≈ the artifact, calibration activations, tokens)."""
 
-    wp = plan.recipe.stage("write") or WriteParams()
+    wp = plan.recipe.write
     fb = DTYPE_BYTES[wp.dtype]
     out = 0
     for name, shape in plan.shapes.items():

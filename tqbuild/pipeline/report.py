@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..recipe import WriteParams
+from .folds import touched
 from .graph import Plan, estimate_peak_bytes, estimate_sizes
 
 
@@ -25,10 +25,11 @@ def describe(plan: Plan) -> str:
         lines.append(f"rotate   seed {plan.rotate.seed}; R1 {r1}; R2 {r2}")
     lines.append("units (tensors read; tensors each stage changes)")
     rows: list[tuple[str, str]] = []
+    touched_by = {u.name: touched(plan, u, plan.hf_shapes) for u in plan.units}
     for u in plan.units:
-        touched = plan.touched.get(u.name, {})
+        touched_by_u = touched_by[u.name]
         desc = f"reads {len(u.keys):>3}; " + (
-            "; ".join(f"{s} {len(n)}" for s, n in touched.items()) or "pass-through")
+            "; ".join(f"{s} {len(n)}" for s, n in touched_by_u.items()) or "pass-through")
         if rows and u.kind == "layer" and rows[-1][1] == desc and rows[-1][0].startswith("layer"):
             first = rows[-1][0].split()[-1].split("-")[0]
             rows[-1] = (f"layers {first}-{u.index}", desc)
@@ -38,7 +39,7 @@ def describe(plan: Plan) -> str:
     first = next((u for u in plan.units if u.kind == "layer"), None)
     if first is not None:
         pre = f"{plan.family.layer_prefix}{first.index}."
-        for stage, names in plan.touched.get(first.name, {}).items():
+        for stage, names in touched_by[first.name].items():
             short = sorted({n.removeprefix(pre) for n in names})
             lines.append(f"  {first.name} {stage}: {', '.join(short)}")
     if plan.specs:
@@ -53,7 +54,7 @@ def describe(plan: Plan) -> str:
         for (fmt, method, bits, gs), n in sorted(kinds.items(), key=str):
             what = f"{method} {fmt} {bits}-bit {gs}" if fmt != "none" else "kept unquantized"
             lines.append(f"  {n:>4} module(s): {what}")
-    wp = r.stage("write") or WriteParams()
+    wp = r.write
     lines.append(f"peak memory (estimate)  {_gb(estimate_peak_bytes(plan, wp.shard_bytes))}")
     sizes = estimate_sizes(plan)
     lines.append(f"disk (estimate)         output {_gb(sizes['output'])}; work dir "

@@ -139,9 +139,6 @@ class WorkDir:
             if int(f.stem.rsplit("-", 1)[1]) < before:
                 f.unlink(missing_ok=True)
 
-    def size_bytes(self) -> int:
-        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
-
     # ---- calibration tokens / debug ----------------------------------------
     def calib_file(self, fp: str) -> Path:
         """Shared by every recipe under this root (content-addressed)."""
@@ -173,12 +170,45 @@ class RankWorkDir:
     def __init__(self, wd: WorkDir, dist):
         self._wd, self._dist = wd, dist
 
-    def __getattr__(self, name: str):
-        attr = getattr(self._wd, name)
-        if name.startswith("load_"):
-            def shared(*args, **kw):
-                return self._dist.share(attr(*args, **kw) if self._dist.lead else None)
-            return shared
-        if name.startswith(("save_", "prune_")) or name in ("lock", "unlock"):
-            return attr if self._dist.lead else (lambda *args, **kw: None)
-        return attr
+    @property
+    def path(self) -> Path:
+        return self._wd.path
+
+    def calib_file(self, fp: str) -> Path:
+        return self._wd.calib_file(fp)
+
+    # reads: rank 0 reads, every rank gets its result (a collective)
+    def load_unit(self, unit: str, fp: str):
+        return self._dist.share(self._wd.load_unit(unit, fp) if self._dist.lead else None)
+
+    def load_acts(self, layer: int, fp: str):
+        return self._dist.share(self._wd.load_acts(layer, fp) if self._dist.lead else None)
+
+    # writes: rank 0 only
+    def save_unit(self, unit: str, fp: str, tensors, stats) -> None:
+        if self._dist.lead:
+            self._wd.save_unit(unit, fp, tensors, stats)
+
+    def save_acts(self, layer: int, fp: str, x) -> None:
+        if self._dist.lead:
+            self._wd.save_acts(layer, fp, x)
+
+    def prune_acts(self, before: int) -> None:
+        if self._dist.lead:
+            self._wd.prune_acts(before)
+
+    def save_calib(self, fp: str, ids) -> None:
+        if self._dist.lead:
+            self._wd.save_calib(fp, ids)
+
+    def save_debug(self, name: str, tensors, meta) -> None:
+        if self._dist.lead:
+            self._wd.save_debug(name, tensors, meta)
+
+    def lock(self) -> None:
+        if self._dist.lead:
+            self._wd.lock()
+
+    def unlock(self) -> None:
+        if self._dist.lead:
+            self._wd.unlock()

@@ -19,8 +19,6 @@ from ..io.layout import to_hf
 from ..models import family_for
 from .trellis_torch import TrellisLinear
 
-HF_TEXT_TYPES = {"qwen3_5": "qwen3_5_text"}
-
 
 def read_artifact_tensors(path: Path) -> dict[str, torch.Tensor]:
     out = {}
@@ -53,14 +51,14 @@ def dequantized_state(path: Path, compute_dtype: torch.dtype | None = torch.floa
     return cfg, out
 
 
-def hf_config(cfg: dict):
+def hf_config(cfg: dict, fam):
     from transformers import AutoConfig
 
     c = dict(cfg)
     for k in ("quantization", "quantization_config"):
         c.pop(k, None)
     mt = c.pop("model_type")
-    mt = HF_TEXT_TYPES.get(mt, mt) if "text_config" not in c else mt
+    mt = (fam.hf_text_model_type or mt) if "text_config" not in c else mt
     return AutoConfig.for_model(mt, **c)
 
 
@@ -79,7 +77,7 @@ def load_torch(path: Path, dtype=torch.float32, *, packed: bool = False, device:
     cfg, weights = dequantized_state(path)
     fam = family_for(cfg["model_type"])
     state = {k: v.contiguous() for k, v in to_hf(fam, weights).items()}
-    config = hf_config(cfg)
+    config = hf_config(cfg, fam)
     hf_logging.disable_progress_bar()
     with tempfile.TemporaryDirectory() as tmp:
         save_file(state, f"{tmp}/model.safetensors", metadata={"format": "pt"})

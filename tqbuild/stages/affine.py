@@ -9,8 +9,8 @@ from ..errors import BadInput
 from ..formats import mlx_affine
 from ..formats.mx import mx_dequant
 from ..recipe import GuardParams, QuantSpec
-from .gptq import AffineResult, gptq_guarded, proxy_loss
-from .trellis import quantize_trellis_tensor
+from .gptq import AffineResult, gptq_guarded
+from .guard import proxy_loss, relative_error
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -49,8 +49,7 @@ def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
         {torch.bfloat16: mx.bfloat16, torch.float16: mx.float16}.get(dtype, mx.float32))
     q, scales = mx.quantize(src, group_size=spec.group_, bits=spec.bits_, mode=spec.format)
     deq, digest = mx_dequant(q, scales, spec.group_, spec.bits_, spec.format, src.dtype)
-    err = float(torch.linalg.norm(torch.from_numpy(np.array(deq.astype(mx.float32))) - w.cpu())
-                / torch.linalg.norm(w.cpu()).clamp_min(1e-30))
+    err = relative_error(w.cpu(), torch.from_numpy(np.array(deq.astype(mx.float32))))
     record = {"method": "rtn", "format": spec.format, "bits": spec.bits_,
               "group_size": spec.group_, "proxy_rel_error": round(err, 6),
               "dequant_sha256": digest}
@@ -58,41 +57,26 @@ def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
             f"{module}.scales": torch.from_numpy(np.array(scales))}, record
 
 
-def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
-                    dtype: torch.dtype = torch.bfloat16,
-                    hessians: list[torch.Tensor | None] | None = None,
-                    guard: GuardParams = GuardParams()) -> tuple[dict, dict]:
-    """-> ({artifact tensors}, {module record for the metadata}).
+def quantize_affine_matrix(w: torch.Tensor, h: torch.Tensor | None, spec: QuantSpec,
+                          guard: GuardParams, dtype: torch.dtype) -> AffineResult:
+    return _one(w, spec, h, guard, dtype)
 
-    `hessians` has one entry per matrix: one for a 2-D weight, one per expert
-    for a stacked [E, out, in] weight."""
+
+def assemble_affine(name: str, w: torch.Tensor, results: list[AffineResult], spec: QuantSpec,
+                    hessians, dtype: torch.dtype, guard=None) -> tuple[dict, dict, list]:
+    """Per-matrix results -> (artifact tensors, module record, extra events)."""
     module = name[: -len(".weight")]
-    if spec.format == "none":
-        return {name: w.to(dtype)}, {"method": "none", "format": str(dtype)[6:], "bits": 16}
-    if spec.mx:
-        return quantize_mx(name, w, spec, dtype)
-    if spec.format == "trellis":
-        return quantize_trellis_tensor(name, w, spec, hessians, guard or GuardParams())
-    mats = [w] if w.ndim == 2 else list(w.reshape(-1, *w.shape[-2:]))
-    hs = hessians or [None] * len(mats)
-    results = [_one(m, spec, h, GuardParams() if guard is None else guard, dtype)
-               for m, h in zip(mats, hs, strict=True)]
     q = torch.stack([r.q.cpu() for r in results]).reshape(w.shape)
     scales = torch.stack([r.scales.cpu() for r in results]).reshape(*w.shape[:-1], -1)
     biases = torch.stack([r.biases.cpu() for r in results]).reshape(*w.shape[:-1], -1)
     wq = mlx_affine.dequantize(q, scales, biases, spec.group_size)
     words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.bits))
-    methods = sorted({r.method for r in results})
-    record = {"method": methods[0] if len(methods) == 1 else "+".join(methods),
-              "format": "affine", "bits": spec.bits, "group_size": spec.group_size,
-              "proxy_rel_error": round(mlx_affine.proxy_error(w.cpu(), wq.float()), 6),
+    record = {"format": "affine", "bits": spec.bits, "group_size": spec.group_size,
+              "proxy_rel_error": round(relative_error(w.cpu(), wq.float()), 6),
               "dequant_sha256": mlx_affine.dequant_hash(wq)}
     if spec.method == "gptq" and hessians is not None:
         record["damp"] = sorted({r.damp for r in results if r.damp is not None})
         record["act_order"] = spec.act_order
         record["hessian_proxy_loss"] = {"gptq_or_kept": sum(r.proxy_loss for r in results),
                                         "rtn": sum(r.rtn_proxy_loss for r in results)}
-    events = [dict(e, module=module, matrix=i) for i, r in enumerate(results) for e in r.events]
-    if events:
-        record["guard_events"] = events
-    return {name: words, f"{module}.scales": scales, f"{module}.biases": biases}, record
+    return {name: words, f"{module}.scales": scales, f"{module}.biases": biases}, record, []

@@ -80,10 +80,7 @@ def from_files(pattern: str | tuple[str, ...], tok, p: CalibrateParams, where: s
 
 
 def from_dataset(p: CalibrateParams, tok, where: str) -> np.ndarray:
-    import os
-
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    try:
+    try:  # offline: HF_DATASETS_OFFLINE is set in environment.py
         import datasets
     except ImportError:
         raise SourceError("calibration `dataset` needs the `datasets` package", where=where,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..formats import mlx_affine
+from .guard import damping_ladder, inverse_cholesky_upper, mask_dead_columns, proxy_loss
 
 
 @dataclass
@@ -44,25 +45,6 @@ def quantize_column(w: torch.Tensor, s: torch.Tensor, b: torch.Tensor, bits: int
     return q.to(torch.int32), deq
 
 
-def proxy_loss(w: torch.Tensor, wq: torch.Tensor, h: torch.Tensor) -> float:
-    """tr((W − Q) H (W − Q)ᵀ)."""
-    d = (w.double() - wq.double())
-    return float(((d @ h.double()) * d).sum())
-
-
-def inverse_cholesky_upper(H: torch.Tensor, damp: float) -> torch.Tensor | None:
-    """U upper with (H + damp·mean(diag H)·I)⁻¹ = UᵀU; None if not positive definite."""
-    n = H.shape[0]
-    H = H + damp * torch.mean(torch.diag(H)) * torch.eye(n, dtype=H.dtype, device=H.device)
-    L, info = torch.linalg.cholesky_ex(H)
-    if int(info) != 0:
-        return None
-    U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)
-    if int(info) != 0 or not bool(torch.isfinite(U).all()):
-        return None
-    return U
-
-
 def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp: float,
               block_size: int = 128, act_order: bool = False,
               dtype: torch.dtype = torch.bfloat16) -> AffineResult | None:
@@ -70,9 +52,7 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
     rows, cols = w.shape
     W = w.double().clone()
     H = h.double().clone()
-    dead = torch.diag(H) == 0
-    H[dead, dead] = 1.0
-    W[:, dead] = 0.0
+    mask_dead_columns(W, H)
     ngroups = cols // group_size
     dev = W.device
     scales = torch.empty(rows, ngroups, dtype=dtype, device=dev)
@@ -125,8 +105,7 @@ def gptq_guarded(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, *
         w, mlx_affine.dequantize(q_r, s_r, b_r, group_size), h)
     ceiling = float(s_r.float().max())
     events: list[dict] = []
-    d = damp
-    while d <= max_damp * (1 + 1e-9):
+    for d in damping_ladder(damp, max_damp):
         res = gptq_core(w, h, bits, group_size, d, block_size, act_order, dtype)
         if res is None:
             events.append({"event": "cholesky_failed", "damp": d})
@@ -145,7 +124,6 @@ def gptq_guarded(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, *
                 events.append({"event": "recovered", "damp": d})
             res.events = events
             return res
-        d *= 10
     events.append({"event": "fallback_rtn"})
     rtn.events = events
     return rtn

@@ -18,6 +18,26 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from .norm_fold import effective_gain
+
+
+def head_hessian(x: torch.Tensor, norm_w: torch.Tensor, eps: float, zero_centred: bool,
+                 reducer, rounds: int) -> torch.Tensor:
+    """H of the lm_head's input: each sample's final-RMSNorm output xn (x: this
+    rank's samples [n, T, d]) adds xnᵀxn, in sample order (`rounds`: rounds of
+    one sample per rank)."""
+    gain = effective_gain(norm_w, zero_centred)
+    acc: dict[str, torch.Tensor] = {}
+    for j in range(rounds):
+        parts = {}
+        if j < x.shape[0]:
+            xs = x[j]
+            xn = (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * gain).double()
+            parts["h"] = [xn]  # the factor: the reducer adds xnᵀxn
+        reducer.ordered_add(acc, {}, parts, {})
+    reducer.finish(acc)
+    return acc["h"]
+
 
 class LocalReducer:
     """One process: a sample's partials are added as they come (the reducer

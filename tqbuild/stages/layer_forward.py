@@ -24,14 +24,14 @@ class PassThrough(nn.Module):
         return hidden_states
 
 
-def text_config(config: dict):
+def text_config(config: dict, family: Family):
     from transformers import AutoConfig
 
     c = dict(config.get("text_config", config))
     for k in ("quantization", "quantization_config"):
         c.pop(k, None)
     mt = c.pop("model_type")
-    mt = {"qwen3_5": "qwen3_5_text"}.get(mt, mt)
+    mt = family.hf_text_model_type or mt
     cfg = AutoConfig.for_model(mt, **c)
     cfg._attn_implementation = "sdpa"
     return cfg
@@ -67,7 +67,7 @@ class LayerRunner:
     def __init__(self, config: dict, family: Family, device: str = "cpu"):
         from transformers import AutoModel
 
-        self.cfg = text_config(config)
+        self.cfg = text_config(config, family)
         self.family = family
         self.device = torch.device(device)
         with torch.device("meta"):
@@ -80,7 +80,7 @@ class LayerRunner:
                 setattr(base, name, type(mod)(config=self.cfg).to(self.device))
         self.base = base
         self.embed_scale = (math.sqrt(self.cfg.hidden_size)
-                            if self.cfg.model_type.startswith("gemma") else 1.0)
+                            if family.embed_scale_sqrt_hidden else 1.0)
 
     def embed(self, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         x = torch.nn.functional.embedding(ids.long().to(self.device), weight.to(self.device))

@@ -21,7 +21,8 @@ MTP_R2_LANE_BASE = 1_000_000
 DEVIATION = "mtp-final-gamma-dropped"
 
 
-def fold_mtp(t: dict[str, torch.Tensor], plan, r1: torch.Tensor | None) -> dict:
+def fold_mtp(t: dict[str, torch.Tensor], plan, r1: torch.Tensor | None,
+             make_rotation=rotate.rotation) -> dict:
     fam = plan.family
     pre = fam.mtp_prefix
     zc = fam.zero_centred_norms
@@ -44,7 +45,8 @@ def fold_mtp(t: dict[str, torch.Tensor], plan, r1: torch.Tensor | None) -> dict:
     layers = sorted({int(k[len(pre) + 7:].split(".")[0]) for k in t
                      if k.startswith(f"{pre}layers.")})
     for j in layers:
-        rotate.fold_decoder_layer(t, plan, f"{pre}layers.{j}.", r1, MTP_R2_LANE_BASE + j)
+        rotate.fold_decoder_layer(t, plan, f"{pre}layers.{j}.", r1, MTP_R2_LANE_BASE + j,
+                                  make_rotation)
     return t
 
 

@@ -70,13 +70,13 @@ def r2_layer(tensors: dict[str, torch.Tensor], family: Family, prefix: str,
 
 
 def fold_decoder_layer(t: dict[str, torch.Tensor], plan, prefix: str, r1: torch.Tensor | None,
-                       r2_lane: int) -> None:
+                       r2_lane: int, make_rotation=rotation) -> None:
     """A decoder layer's folds in order: γ into its readers, R1, then R2 (lane
-    `r2_lane`) — trunk layers and the MTP companion's layers alike."""
-
+    `r2_lane`) — trunk layers and the MTP companion's layers alike.
+    `make_rotation(seed, n, lane)`: the R2 matrix (meta tensors when planning)."""
     if plan.has("norm_fold"):
         fold_layer(t, plan.family, prefix)
     if r1 is not None:
         r1_layer(t, plan.family, prefix, r1)
     if plan.r2_on:
-        r2_layer(t, plan.family, prefix, rotation(plan.rotate.seed, plan.head_dim, r2_lane))
+        r2_layer(t, plan.family, prefix, make_rotation(plan.rotate.seed, plan.head_dim, r2_lane))

@@ -25,7 +25,13 @@ import torch
 
 from ..formats import trellis as fmt
 from ..kernels.viterbi import code_tensor, quantize_blocks
-from .gptq import inverse_cholesky_upper, proxy_loss
+from .guard import (
+    damping_ladder,
+    inverse_cholesky_upper,
+    mask_dead_columns,
+    proxy_loss,
+    relative_error,
+)
 
 
 @dataclass
@@ -89,9 +95,7 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
     out, cols = w.shape
     W = w.double().clone()
     H = h.double().to(w.device).clone()
-    dead = torch.diag(H) == 0
-    H[dead, dead] = 1.0
-    W[:, dead] = 0.0
+    mask_dead_columns(W, H)
     U = inverse_cholesky_upper(H, damp)
     if U is None:
         return {"event": "cholesky_failed", "damp": damp}
@@ -128,13 +132,11 @@ def trellis_guarded(w: torch.Tensor, h: torch.Tensor | None, g: Geometry, *,
         return trellis_plain(w, g)
     h = h.to(w.device)
     events: list[dict] = []
-    d = damp
     res: TrellisResult | None = None
-    while d <= max_damp * (1 + 1e-9):
+    for d in damping_ladder(damp, max_damp):
         got = ldlq_core(w, h, g, d, scale_ratio)
         if isinstance(got, dict):
             events.append(got)
-            d *= 10
             continue
         res = got
         if events:
@@ -162,21 +164,22 @@ def geometry(spec) -> Geometry:
                     group=tp.T if int(tp.axis) == 1 else tp.ldlq_group)
 
 
-def quantize_trellis_tensor(name: str, w: torch.Tensor, spec, hessians, guard
-                            ) -> tuple[dict, dict]:
-    """One artifact tensor (2-D, or stacked experts [E, out, in]) -> packed words
-    + fp16 scales, and the module record (with the reconstruction hash)."""
+def quantize_trellis_matrix(w: torch.Tensor, h: torch.Tensor | None, spec, guard,
+                            dtype=None) -> TrellisResult:
+    return trellis_guarded(w.float(), h if spec.method == "ldlq" else None, geometry(spec),
+                           damp=spec.damp, scale_ratio=guard.scale_ratio,
+                           max_damp=guard.max_damp, compare_plain=guard.compare_plain)
+
+
+def assemble_trellis(name: str, w: torch.Tensor, results: list[TrellisResult], spec, hessians,
+                     dtype, guard) -> tuple[dict, dict, list]:
+    """Per-matrix results -> (packed words + fp16 scales, the module record with
+    the reconstruction hash, extra events)."""
     import numpy as np
 
     module = name[: -len(".weight")]
     g = geometry(spec)
-    mats = [w] if w.ndim == 2 else list(w.reshape(-1, *w.shape[-2:]))
-    hs = hessians or [None] * len(mats)
     use_h = spec.method == "ldlq"
-    results = [trellis_guarded(m.float(), h if use_h else None, g, damp=spec.damp,
-                               scale_ratio=guard.scale_ratio, max_damp=guard.max_damp,
-                               compare_plain=guard.compare_plain)
-               for m, h in zip(mats, hs, strict=True)]
     words, scales, recon_stored = [], [], []
     for r in results:
         wd = fmt.pack_tensor(r.states, g.k, g.T)
@@ -188,13 +191,9 @@ def quantize_trellis_tensor(name: str, w: torch.Tensor, spec, hessians, guard
     packed = np.stack(words).reshape(*lead, *words[0].shape)
     sc = np.stack(scales).reshape(*lead, -1)
     recon = torch.from_numpy(np.stack([r.recon.cpu().numpy() for r in results])).reshape(w.shape)
-    err = float(torch.linalg.norm(recon - w.cpu().float())
-                / torch.linalg.norm(w.cpu().float()).clamp_min(1e-30))
-    methods = sorted({r.method for r in results})
-    record = {"method": methods[0] if len(methods) == 1 else "+".join(methods),
-              "format": "trellis", "bits": g.k, "group_size": g.T,
+    record = {"format": "trellis", "bits": g.k, "group_size": g.T,
               "trellis": fmt.TrellisEntry.from_spec(spec).trellis_dict(), "scale": "rms-fp16",
-              "proxy_rel_error": round(err, 6),
+              "proxy_rel_error": round(relative_error(w.cpu().float(), recon), 6),
               "recon_sha256": fmt.recon_hash(np.stack(recon_stored))}
     if use_h and hessians is not None:
         record["damp"] = sorted({r.damp for r in results if r.damp is not None})
@@ -202,11 +201,6 @@ def quantize_trellis_tensor(name: str, w: torch.Tensor, spec, hessians, guard
         if guard.compare_plain:
             record["hessian_proxy_loss"]["plain"] = sum(r.plain_proxy_loss or 0
                                                         for r in results)
-    events = [dict(e, module=module, matrix=i) for i, r in enumerate(results) for e in r.events]
-    if use_h and hessians is None:
-        events.append({"event": "no_hessian_plain", "module": module})
-    if events:
-        record["guard_events"] = events
-    return {name: torch.from_numpy(packed),
-            f"{module}.scales": torch.from_numpy(sc)}, record
-
+    extra = [{"event": "no_hessian_plain", "module": module}] if use_h and hessians is None \
+        else []
+    return {name: torch.from_numpy(packed), f"{module}.scales": torch.from_numpy(sc)}, record, extra

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .gptq import proxy_loss
+from .guard import proxy_loss
 
 
 def refit_scales(w: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, h: torch.Tensor,
