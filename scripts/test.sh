@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 ruff check tqbuild tests bench
+mypy tqbuild  # config and its two justified exemptions: pyproject.toml [tool.mypy]
 python -m pytest -q "$@"

@@ -410,7 +410,7 @@ def sensitivity_cmd(
         q = r.stage("quantize")
         km = next((x.bits for x in (q.default, *q.rules) if isinstance(x.bits, KMap)
                    and x.bits.kmap), None) if q else None
-        if km is None:
+        if km is None or km.kmap is None:
             raise BadInput("the recipe names no kmap file", fix="pass --out FILE")
         out = Path(km.kmap) if Path(km.kmap).is_absolute() else Path(r.file).parent / km.kmap
     table = sensitivity(recipe, method=method, tokens=tokens, overrides=set_ or (),
@@ -506,7 +506,7 @@ def kv_eval(
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    commands = {c.name or getattr(c.callback, "__name__", "") for c in app.registered_commands}
     commands |= {g.name for g in app.registered_groups} | {"--help"}
     if argv and argv[0] not in commands and not argv[0].startswith("-"):
         argv.insert(0, "build")  # `tq-build RECIPE.yaml` == `tq-build build RECIPE.yaml`

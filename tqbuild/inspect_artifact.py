@@ -48,7 +48,7 @@ def inspect(path: Path) -> dict:
                           if f"{module}.{s}" in tensors]
         stored = sum(nbytes(p) for p in parts)
         bits = rec.get("bits", DTYPE_BITS[dt])
-        fmt = FORMATS.get(rec.get("format"))
+        fmt = FORMATS.get(rec.get("format") or "")
         logical = fmt.logical_shape(list(shape), rec) if fmt else list(shape)
         weights = 1
         for d in logical:

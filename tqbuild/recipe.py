@@ -6,7 +6,7 @@ import difflib
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, cast, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -127,8 +127,15 @@ class QuantSpec(Frozen):
         return self.format != "none"
 
     @property
+    def k(self) -> int:
+        """bits (trellis: k) once allocated: a {kmap, budget} is resolved by the plan."""
+        if isinstance(self.bits, KMap):
+            raise ValueError("bits {kmap, budget} used before the plan allocated them")
+        return self.bits
+
+    @property
     def bits_(self) -> int:
-        return MX_FORMATS[self.format][0] if self.mx else self.bits
+        return MX_FORMATS[self.format][0] if self.mx else self.k
 
     @property
     def group_(self) -> int:
@@ -337,7 +344,9 @@ class Recipe(Frozen):
     @property
     def write(self) -> WriteParams:
         """Always present: the loader appends a default `write` when it is missing."""
-        return self.stage("write")
+        w = self.stage("write")
+        assert isinstance(w, WriteParams)
+        return w
 
     def line_of(self, *path: str | int) -> str:
         """file:line of the deepest recorded node on `path`."""
@@ -561,7 +570,7 @@ def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recip
     src = data["source"]
     if isinstance(src, str):
         src = {"path": src}
-    source = _validate(SourceSpec, src, ("source",), where_of)
+    source = cast(SourceSpec, _validate(SourceSpec, src, ("source",), where_of))
     if sum(x is not None for x in (source.path, source.package, source.hub)) != 1:
         raise _fail(where_of("source"), "source needs exactly one of `path`, `hub` or `package`",
                     "give `path: DIR_OR_GGUF`, `hub: org/name@revision` or `package: NAME` "
@@ -637,14 +646,14 @@ def _parse_stages(raw: Any, where_of, calibration: Any = None) -> tuple[Stage, .
 
 def recipe_json_schema() -> dict:
     """JSON Schema of a recipe file (stages as one-key mappings or bare names)."""
-    stage_items = []
+    stage_items: list[dict[str, Any]] = []
     for name, model in STAGES.items():
         stage_items.append({"const": name})
         stage_items.append({"type": "object", "additionalProperties": False,
                             "properties": {name: {"anyOf": [model.model_json_schema(),
                                                             {"type": "null"}]}},
                             "required": [name]})
-    return {
+    schema: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "tq-build recipe",
         "type": "object",
@@ -660,6 +669,7 @@ def recipe_json_schema() -> dict:
             "stages": {"type": "array", "items": {"anyOf": stage_items}, "minItems": 1},
         },
     }
+    return schema
 
 
 def recipe_reference_markdown() -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from .errors import BadInput, VerificationFailed
 from .io.hashing import sha256_file
@@ -28,7 +29,7 @@ def upload(artifact: Path, repo_id: str, *, private: bool, dry_run: bool, lock: 
         raise VerificationFailed(f"refusing to upload {artifact}: {problems[0]}",
                                  fix="rebuild it (tq-build RECIPE) and verify again")
     files = sorted(f for f in artifact.rglob("*") if f.is_file())
-    plan = {"repo_id": repo_id, "private": private, "artifact": str(artifact),
+    plan: dict[str, Any] = {"repo_id": repo_id, "private": private, "artifact": str(artifact),
             "lock": f"matches {lock}" if locked else "not in a lock (verified against its "
             "own metadata only)",
             "files": [{"path": f.relative_to(artifact).as_posix(), "size": f.stat().st_size,

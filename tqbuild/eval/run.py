@@ -48,7 +48,8 @@ def teacher_dump(source_dir: Path, ids: torch.Tensor, k: int, window: int, cache
     f = cache / "teacher" / f"{key}.safetensors"
     if f.is_file():
         return TeacherDump.load(f)
-    model = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32)
+    model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs: .to(str) exists
     logits = forward_logits(model.eval(), ids.to(device), window).cpu()
     dump = make_dump(logits, ids, k, window)
     f.parent.mkdir(parents=True, exist_ok=True)

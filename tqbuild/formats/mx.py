@@ -27,7 +27,8 @@ def mx_dequant(q, scales, group_size: int, bits: int, mode: str, dtype):
     import mlx.core as mx
 
     deq = mx.dequantize(q, scales, group_size=group_size, bits=bits, mode=mode).astype(dtype)
-    raw = bytes(memoryview(deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)))
+    view = deq.view(mx.uint16 if deq.dtype.size == 2 else mx.uint32)
+    raw = bytes(memoryview(view))  # type: ignore[arg-type]  # a buffer; mlx's stubs omit it
     return deq, hashlib.sha256(raw).hexdigest()
 
 

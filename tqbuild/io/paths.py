@@ -52,7 +52,7 @@ def _short(p: str | Path) -> str:
 
 
 def describe(e: OSError) -> str:
-    return _REASONS.get(e.errno, e.strerror or type(e).__name__)
+    return _REASONS.get(e.errno or 0, e.strerror or type(e).__name__)
 
 
 def _kind(mode: int) -> str:

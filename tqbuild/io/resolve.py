@@ -52,6 +52,7 @@ def resolve_source(recipe: Recipe, cache_root: Path, log=print) -> tuple[Path, P
     if recipe.source.package:
         p = package_file(recipe.source.package, recipe.source.file, where)
     else:
+        assert recipe.source.path is not None  # the recipe names exactly one source
         p = Path(recipe.source.path).expanduser()
     if p.suffix == ".gguf":
         p = checked(p, what="GGUF file", where=where, kind="file", fix="check `source.path`",

@@ -77,6 +77,7 @@ def hadamard(n: int) -> np.ndarray:
     """Orthonormal H_n (float64), read-only."""
     check_size(n, "Hadamard")
     k = factor(n)
+    assert k is not None  # check_size passed
     base = np.ones((1, 1)) if k == 1 else _quarot(k)
     h = np.kron(base, sylvester(n // k)) / np.sqrt(n)
     h.setflags(write=False)

@@ -88,6 +88,7 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     chunk = max(1, min(B, BP_BUDGET // per))
     bp = torch.empty(chunk * per, dtype=torch.uint8, device=x.device)
     stream = torch.cuda.current_stream(x.device).cuda_stream
+    assert _lib is not None
     for a in range(0, B, chunk):
         n = min(chunk, B - a)
         rc = _lib.tq_viterbi_tailbiting(x[a:].data_ptr(), table.data_ptr(), n, T, L, k, mode,

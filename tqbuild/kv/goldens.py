@@ -85,7 +85,7 @@ def check_main(z, path: Path) -> Report:
         for name, arr in ours.items():
             if p + name in z.files:
                 _check(rep, p + name, arr, z[p + name])
-        if not rotated_done and "V_fwht_rotated" in z.files:
+        if not rotated_done and vc.rotated is not None and "V_fwht_rotated" in z.files:
             _check(rep, "V_fwht_rotated", vc.rotated, z["V_fwht_rotated"])
             rotated_done = True
     return rep

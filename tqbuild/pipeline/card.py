@@ -6,6 +6,7 @@ paths, so two builds on one machine write the same bytes."""
 from __future__ import annotations
 
 import platform
+from typing import Any
 
 import yaml
 
@@ -28,7 +29,7 @@ def render_card(plan, meta: dict, bpw: float | None, device: str) -> str:
         key = fmt.describe(rec) if fmt else rec["format"]
         formats[key] = formats.get(key, 0) + 1
     trellis = any(rec["format"] == "trellis" for rec in mods.values())
-    front = {"library_name": "mlx", "pipeline_tag": "text-generation",
+    front: dict[str, Any] = {"library_name": "mlx", "pipeline_tag": "text-generation",
              "tags": sorted({"mlx", "tq-build", "quantized",
                              *(["trellis", "qtip"] if trellis else []),
                              *(["hadamard-rotation"] if plan.r1_on else []), *r.card.tags})}

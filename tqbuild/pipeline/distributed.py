@@ -112,7 +112,7 @@ class Dist:
             return [obj]
         import torch.distributed as dist
 
-        out = [None] * self.world
+        out: list = [None] * self.world
         dist.all_gather_object(out, _to_bytes(obj))
         return [_from_bytes(b) for b in out]
 

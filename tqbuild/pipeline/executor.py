@@ -33,6 +33,7 @@ from ..io.hfconfig import artifact_config, quantization_entry
 from ..io.layout import to_artifact, to_hf
 from ..io.source import Source
 from ..io.writer import ShardWriter
+from ..recipe import CalibrateParams
 from ..stages import rotate
 from ..stages.affine import DTYPES
 from ..stages.calib_data import calibration_ids, token_hash
@@ -122,6 +123,17 @@ class BuildOptions:
     ignore_disk: bool = False
 
 
+@dataclass
+class Calibrated:
+    """A build's calibration state, once its tokens are known."""
+
+    params: CalibrateParams
+    ids: np.ndarray  # [samples, seq_len] token ids
+    token_sha: str
+    runner: LayerRunner
+    acts: ActivationStream
+
+
 class Builder:
     """One build: calibration state and the computation of each unit."""
 
@@ -137,18 +149,16 @@ class Builder:
         self.fam = plan.family
         self.write = plan.recipe.write
         self.dtype = DTYPES[self.write.dtype]
-        self.calib = plan.recipe.stage("calibrate")
+        self.calib = plan.recipe.calibrate
         self.hessian_units = fp.hessian_units(plan)
-        self.r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) if plan.r1_on else None
+        self.r1 = rotate.rotation(plan.rotate.seed, plan.hidden, 0) \
+            if plan.rotate is not None and plan.r1_on else None
         cache = HashCache(wd.path.parent / "hash-cache.json" if lead else None)
         self.source_hashes = source.file_hashes(cache)  # multi-GB shards: hashed once
         cache.save()
         self.src_fp = fingerprint(self.source_hashes)
         self.fold_fp = fp.fold_fingerprint(plan, self.write.dtype)
-        self.ids: np.ndarray | None = None
-        self.token_sha: str | None = None
-        self.runner = None
-        self.acts: ActivationStream | None = None
+        self.cal: Calibrated | None = None
         self.act_fp: dict[int, str] = {}
         self._pending_y: torch.Tensor | None = None  # layer output from the Hessian pass
 
@@ -159,6 +169,7 @@ class Builder:
     # ---- calibration ----------------------------------------------------------
     def start_calibration(self) -> None:
         p = self.calib
+        assert p is not None
         on_gpu = p.source.self_generated and torch.device(self.device).type == "cuda"
         # tokens sampled on a GPU are other tokens: their own cache entry
         cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude={"keep", "hessians"}),
@@ -173,31 +184,37 @@ class Builder:
                 ids = calibration_ids(p, self.source.path, where, log=self.log,
                                       device=self.device if on_gpu else "cpu")
                 self.wd.save_calib(cfp, ids)
-        self.ids = self.dist.share(ids)
-        self.token_sha = token_hash(self.ids)
-        self.runner = LayerRunner(self.plan.config, self.fam, self.device)
+        ids = self.dist.share(ids)
+        token_sha = token_hash(ids)
+        runner = LayerRunner(self.plan.config, self.fam, self.device)
         self.act_fp = fp.activation_fingerprints(self.plan, self.src_fp, self.fold_fp,
-                                                 self.token_sha, self.hessian_units)
-        self.acts = ActivationStream(self.wd, self.dist, self.runner, len(self.ids),
-                                     self.act_fp, self._embeddings, self._layer_for_forward,
-                                     p.keep)
+                                                 token_sha, self.hessian_units)
+        acts = ActivationStream(self.wd, self.dist, runner, len(ids), self.act_fp,
+                                self._embeddings, self._layer_for_forward, p.keep)
+        self.cal = Calibrated(p, ids, token_sha, runner, acts)
+
+    def _cal(self) -> Calibrated:
+        assert self.cal is not None, "calibration has not started"
+        return self.cal
 
     def _embeddings(self) -> torch.Tensor:
         w = fold_unit(self.plan, self.source, self.plan.units[0], self.r1)
-        return self.runner.embed(w[f"{self.fam.embed}.weight"], torch.from_numpy(self.ids))
+        cal = self._cal()
+        return cal.runner.embed(w[f"{self.fam.embed}.weight"], torch.from_numpy(cal.ids))
 
     def _layer_for_forward(self, i: int):
         unit = self.plan.units[i + 1]
         hf = fold_unit(self.plan, self.source, unit, self.r1)
-        if self.calib.hessians == "propagate":
+        if self._cal().params.hessians == "propagate":
             cached = self.wd.load_unit(unit.name, self.unit_fp(unit))
+            assert cached is not None  # computed before any later layer
             hf.update(self._dequantized_hf(cached[0]))
         return self._materialise(i, hf)
 
     def _materialise(self, i: int, hf: dict[str, torch.Tensor]):
         """Layer i as a transformers module from HF-named (checkpoint) tensors."""
         pre = f"{self.fam.layer_prefix}{i}."
-        return self.runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
+        return self._cal().runner.layer(i, {k[len(pre):]: v for k, v in hf.items()})
 
     def _dequantized_hf(self, art: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         deq = {}
@@ -213,27 +230,28 @@ class Builder:
 
     def calibration(self) -> dict | None:
         """The metadata's calibration record (None: no calibration ran)."""
-        if self.calib is None or self.token_sha is None:
+        if self.cal is None:
             return None
-        c = self.calib
+        c = self.cal.params
         kind = ("files" if c.source.files else "dataset" if c.source.dataset
                 else "self_generated")
         return {**c.model_dump(), "source": kind, "source_spec": c.source.model_dump(),
-                "token_sha256": self.token_sha}
+                "token_sha256": self.cal.token_sha}
 
     # ---- computing one unit -----------------------------------------------------
     def compute(self, unit: Unit, bar) -> tuple[dict[str, torch.Tensor], dict]:
         t0 = time.perf_counter()
         hf = fold_unit(self.plan, self.source, unit, self.r1)
-        hessians: dict[str, torch.Tensor] = {}
+        hessians: dict[str, torch.Tensor | None] = {}
         if unit.name in self.hessian_units and unit.kind == "layer":
             hessians = self._layer_hessians(unit, hf, bar)
         elif unit.name in self.hessian_units and unit.kind == "head":
-            x = self.acts.before(self.plan.num_layers)
+            cal = self._cal()
+            x = cal.acts.before(self.plan.num_layers)
             hessians = {f"{self.fam.lm_head}.weight": head_hessian(
                 x, hf[f"{self.fam.final_norm}.weight"].to(x.device),
                 float(self.plan.config.get("rms_norm_eps", 1e-6)),
-                self.fam.zero_centred_norms, self.dist, self.dist.rounds(len(self.ids)))}
+                self.fam.zero_centred_norms, self.dist, self.dist.rounds(len(cal.ids)))}
         bar.set_postfix_str(f"{unit.name}: quantize")
         art = to_artifact(self.fam, hf)
         done = self._quantize_all(art, hessians)
@@ -250,7 +268,7 @@ class Builder:
                                    record["guard_events"])
             modules[module] = record
             out.update(tensors)
-        if unit.kind == "layer" and self.acts is not None:
+        if unit.kind == "layer" and self.cal is not None:
             self._advance(unit, hf, out)
         return out, {"modules": modules, "seconds": round(time.perf_counter() - t0, 3)}
 
@@ -263,6 +281,7 @@ class Builder:
             spec = self.plan.specs.get(module) if name.endswith(".weight") else None
             if spec is not None:
                 jobs[module] = (name, t, spec)
+        guard = self.plan.quantize.guard if self.plan.quantize else None
         owner = self.dist.assign([(m, quant_cost(t, spec)) for m, (_, t, spec) in jobs.items()])
         done = {}
         for module, (name, t, spec) in jobs.items():
@@ -270,7 +289,7 @@ class Builder:
                 continue
             hs = self._hessians_for(module, t, hessians)
             done[module] = quantize_tensor(name, t.to(self.device), spec, self.dtype, hs,
-                                           self.plan.quantize.guard)
+                                           guard)
         if self.dist.world > 1:
             mine = {m: ({k: v.cpu() for k, v in ts.items()}, rec) for m, (ts, rec) in done.items()}
             done = {}
@@ -278,17 +297,17 @@ class Builder:
                 done.update(part)
         return done
 
-    def _layer_hessians(self, unit: Unit, hf: dict, bar) -> dict[str, torch.Tensor]:
-        i = unit.index
-        x = self.acts.before(i)
+    def _layer_hessians(self, unit: Unit, hf: dict, bar) -> dict[str, torch.Tensor | None]:
+        i, cal = unit.index, self._cal()
+        x = cal.acts.before(i)
         pre = f"{self.fam.layer_prefix}{i}."
         layer = self._materialise(i, hf)
         bar.set_postfix_str(f"{unit.name}: hessians")
-        cap = HessianCapture(layer, self.calib.seq_len, reducer=self.dist)
+        cap = HessianCapture(layer, cal.params.seq_len, reducer=self.dist)
         ys = []
-        for j in range(self.dist.rounds(len(self.ids))):  # one sample per rank per round
+        for j in range(self.dist.rounds(len(cal.ids))):  # one sample per rank per round
             if j < x.shape[0]:
-                ys.append(self.runner.run(i, layer, x[j:j + 1], on_sample=cap.start_batch))
+                ys.append(cal.runner.run(i, layer, x[j:j + 1], on_sample=cap.start_batch))
             cap.end_sample()
         cap.close()
         y = torch.cat(ys) if ys else x[:0]
@@ -314,15 +333,16 @@ class Builder:
     def _advance(self, unit: Unit, hf: dict, quantized: dict) -> None:
         """Activations after this layer: the unquantized layer's (original) or the
         quantized layer's (propagate)."""
-        i = unit.index
+        i, cal = unit.index, self._cal()
+        propagate = cal.params.hessians == "propagate"
         y, self._pending_y = self._pending_y, None
-        if self.calib.hessians == "propagate" or y is None:
-            x = self.acts.before(i)
+        if propagate or y is None:
+            x = cal.acts.before(i)
             state = dict(hf)
-            if self.calib.hessians == "propagate":
+            if propagate:
                 state.update(self._dequantized_hf(quantized))
-            y = self.runner.run(i, self._materialise(i, state), x)
-        self.acts.advance(i, y)
+            y = cal.runner.run(i, self._materialise(i, state), x)
+        cal.acts.advance(i, y)
 
     # ---- the whole build ----------------------------------------------------------
     def run(self, rerun: frozenset[int] | set[int]) -> tuple[dict[str, str], list[str], dict]:
@@ -452,7 +472,9 @@ def assemble(plan: Plan, source: Source, wd: WorkDir, fps: dict[str, str], outpu
         modules: dict = {}
         events: list = []
         for unit in plan.units:
-            tensors, st = wd.load_unit(unit.name, fps[unit.name])
+            loaded = wd.load_unit(unit.name, fps[unit.name])
+            assert loaded is not None  # every unit was checkpointed by Builder.run
+            tensors, st = loaded
             if unit.kind == "mtp":  # the companion: its own directory, HF layout
                 (tmp / "mtp").mkdir()
                 companion = ShardWriter(tmp / "mtp", write.shard_bytes)

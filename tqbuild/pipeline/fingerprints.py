@@ -50,14 +50,15 @@ def activation_fingerprints(plan: Plan, src_fp: str, fold_fp: str, token_sha: st
     """layer i -> fingerprint of the activations after it (-1: the embeddings).
     `original` Hessians chain by layer index; `propagate` by each layer's
     unit fingerprint (the quantized layer produces them)."""
-    mode = plan.recipe.stage("calibrate").hessians
+    calib = plan.recipe.calibrate
+    assert calib is not None
+    mode = calib.hessians
     act = {-1: fingerprint("acts-v1", src_fp, fold_fp, token_sha)}
     for i in range(plan.num_layers):
         unit = plan.units[i + 1]
+        link: object = i
         if mode == "propagate":
             upstream = act[i - 1] if unit.name in hessian_set else None
             link = unit_fingerprint(plan, unit, src_fp, fold_fp, upstream)
-        else:
-            link = i
         act[i] = fingerprint(act[i - 1], mode, link)
     return act

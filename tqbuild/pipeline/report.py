@@ -36,12 +36,12 @@ def describe(plan: Plan) -> str:
         else:
             rows.append((u.name, desc))
     lines += [f"  {name:<12} {desc}" for name, desc in rows]
-    first = next((u for u in plan.units if u.kind == "layer"), None)
-    if first is not None:
-        pre = f"{plan.family.layer_prefix}{first.index}."
-        for stage, names in touched_by[first.name].items():
+    layer0 = next((u for u in plan.units if u.kind == "layer"), None)
+    if layer0 is not None:
+        pre = f"{plan.family.layer_prefix}{layer0.index}."
+        for stage, names in touched_by[layer0.name].items():
             short = sorted({n.removeprefix(pre) for n in names})
-            lines.append(f"  {first.name} {stage}: {', '.join(short)}")
+            lines.append(f"  {layer0.name} {stage}: {', '.join(short)}")
     if plan.specs:
         def group(s) -> str:
             if s.format == "trellis":

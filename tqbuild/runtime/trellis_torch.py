@@ -146,6 +146,10 @@ def matvec_triton(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
 class TrellisLinear(nn.Module):
     """A packed trellis linear for transformers models."""
 
+    words: torch.Tensor  # buffers
+    scales: torch.Tensor
+    table: torch.Tensor
+
     def __init__(self, words: torch.Tensor, scales: torch.Tensor, entry: dict,
                  bias: torch.Tensor | None = None):
         super().__init__()

@@ -3,6 +3,8 @@ with the Hessian(s) of its input (one per expert for stacked experts)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..errors import BadInput
@@ -18,11 +20,11 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 def _one(w: torch.Tensor, spec: QuantSpec, h: torch.Tensor | None, guard: GuardParams,
          dtype: torch.dtype) -> AffineResult:
     if spec.method == "gptq" and h is not None:
-        return gptq_guarded(w, h, spec.bits, spec.group_size, damp=spec.damp,
+        return gptq_guarded(w, h, spec.k, spec.group_size, damp=spec.damp,
                             block_size=spec.block_size, act_order=spec.act_order,
                             scale_ratio=guard.scale_ratio, max_damp=guard.max_damp,
                             dtype=dtype)
-    q, s, b = mlx_affine.quantize_rtn(w, spec.bits, spec.group_size, dtype)
+    q, s, b = mlx_affine.quantize_rtn(w, spec.k, spec.group_size, dtype)
     res = AffineResult(q=q, scales=s, biases=b, method="rtn")
     if h is not None:
         res.proxy_loss = res.rtn_proxy_loss = proxy_loss(
@@ -47,7 +49,9 @@ def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
     module = name[: -len(".weight")]
     src = mx.array(w.detach().to(dtype).float().cpu().numpy()).astype(
         {torch.bfloat16: mx.bfloat16, torch.float16: mx.float16}.get(dtype, mx.float32))
-    q, scales = mx.quantize(src, group_size=spec.group_, bits=spec.bits_, mode=spec.format)
+    # microscaling modes return (codes, scales): mlx's stubs declare the affine triple
+    q, scales = mx.quantize(src, group_size=spec.group_, bits=spec.bits_,  # type: ignore[misc]
+                            mode=spec.format)
     deq, digest = mx_dequant(q, scales, spec.group_, spec.bits_, spec.format, src.dtype)
     err = relative_error(w.cpu(), torch.from_numpy(np.array(deq.astype(mx.float32))))
     record = {"method": "rtn", "format": spec.format, "bits": spec.bits_,
@@ -70,8 +74,8 @@ def assemble_affine(name: str, w: torch.Tensor, results: list[AffineResult], spe
     scales = torch.stack([r.scales.cpu() for r in results]).reshape(*w.shape[:-1], -1)
     biases = torch.stack([r.biases.cpu() for r in results]).reshape(*w.shape[:-1], -1)
     wq = mlx_affine.dequantize(q, scales, biases, spec.group_size)
-    words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.bits))
-    record = {"format": "affine", "bits": spec.bits, "group_size": spec.group_size,
+    words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.k))
+    record: dict[str, Any] = {"format": "affine", "bits": spec.bits, "group_size": spec.group_size,
               "proxy_rel_error": round(relative_error(w.cpu(), wq.float()), 6),
               "dequant_sha256": mlx_affine.dequant_hash(wq)}
     if spec.method == "gptq" and hessians is not None:

@@ -75,7 +75,7 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
         U1 = U[i1:i2, i1:i2]
         for i in range(i2 - i1):
             col = i1 + i
-            orig = int(perm[col]) if act_order else col
+            orig = int(perm[col]) if perm is not None else col
             g = orig // group_size
             if not act_order and orig % group_size == 0:
                 # the group's columns as updated so far (in-block part lives in W1)
@@ -87,7 +87,7 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
             W1[:, i:] -= err[:, None] * U1[i, i:][None, :]
             E1[:, i] = err
         W[:, i2:] -= E1 @ U[i1:i2, i2:]
-    if act_order:
+    if perm is not None:
         inv = torch.argsort(perm)
         Q, qint = Q[:, inv], qint[:, inv]
     return AffineResult(q=qint, scales=scales, biases=biases, method="gptq", damp=damp)

@@ -6,6 +6,9 @@ events tagged with module and matrix."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from ..recipe import GuardParams, QuantSpec
@@ -13,7 +16,7 @@ from .affine import assemble_affine, quantize_affine_matrix, quantize_mx
 from .trellis import assemble_trellis, quantize_trellis_matrix
 
 # format -> (quantize one matrix, assemble the tensor)
-MATRIX_QUANTIZERS = {
+MATRIX_QUANTIZERS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "affine": (quantize_affine_matrix, assemble_affine),
     "trellis": (quantize_trellis_matrix, assemble_trellis),
 }

@@ -20,6 +20,7 @@ tr((W−Ŵ) H (W−Ŵ)ᵀ) under the undamped H is kept.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -191,7 +192,7 @@ def assemble_trellis(name: str, w: torch.Tensor, results: list[TrellisResult], s
     packed = np.stack(words).reshape(*lead, *words[0].shape)
     sc = np.stack(scales).reshape(*lead, -1)
     recon = torch.from_numpy(np.stack([r.recon.cpu().numpy() for r in results])).reshape(w.shape)
-    record = {"format": "trellis", "bits": g.k, "group_size": g.T,
+    record: dict[str, Any] = {"format": "trellis", "bits": g.k, "group_size": g.T,
               "trellis": fmt.TrellisEntry.from_spec(spec).trellis_dict(), "scale": "rms-fp16",
               "proxy_rel_error": round(relative_error(w.cpu().float(), recon), 6),
               "recon_sha256": fmt.recon_hash(np.stack(recon_stored))}
