@@ -4,12 +4,11 @@ traceback, and no output directory left behind."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_run import cli
 from safetensors.torch import load_file, save_file
 from tiny import make_model, save_bf16
 
@@ -20,9 +19,8 @@ def src(tmp_path_factory) -> Path:
     return save_bf16(make_model("llama"), d / "src")
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tqbuild", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+def run_cli(*args: str, cwd: Path, subprocess: bool = False):
+    return cli(cwd, *args, subprocess=subprocess)
 
 
 GOOD = """name: t
@@ -244,7 +242,8 @@ def test_hub_cache_reference_offline(tmp_path, src, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     text = GOOD.format(src="x", out=tmp_path / "out").replace("{path: x}", "{hub: acme/tiny@main}")
     (tmp_path / "r.yaml").write_text(text)
-    p = run_cli(str(tmp_path / "r.yaml"), cwd=tmp_path)
+    # HF_HUB_CACHE is read when huggingface_hub is imported: a fresh process
+    p = run_cli(str(tmp_path / "r.yaml"), cwd=tmp_path, subprocess=True)
     assert p.returncode == 0, p.stderr
     missing = text.replace("acme/tiny@main", "acme/absent").replace(
         str(tmp_path / "out"), str(tmp_path / "out2"))

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import cli as run
 from tiny import make_model, save_bf16
 
 RECIPE = """name: disk
@@ -37,8 +37,7 @@ def small_fs(tmp_path):
 
 
 def cli(d: Path, *args):
-    return subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml", *args], cwd=d,
-                          capture_output=True, text=True, timeout=300)
+    return run(d, "r.yaml", *args)
 
 
 def digests(out: Path) -> dict[str, str]:

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_run import cli as run
 from tiny import make_model, save_bf16
 
 RECIPE = """name: ov
@@ -30,8 +29,7 @@ def setup(tmp_path_factory):
 
 
 def cli(d, *args):
-    return subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml", *args], cwd=d,
-                          capture_output=True, text=True, timeout=300)
+    return run(d, "r.yaml", *args)
 
 
 def test_set_overrides_a_stage_param_and_is_recorded(setup):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_run import cli as run
 from tiny import make_qwen3_5_vl_with_mtp
 
 from tqbuild.stages.layer_forward import LayerRunner
@@ -23,8 +24,7 @@ ROOT = HERE.parent
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "tqbuild", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    return run(cwd or Path.cwd(), *args)
 
 
 def tensors(path: Path) -> dict[str, torch.Tensor]:

@@ -5,13 +5,12 @@ packed tensors decode to the reconstruction recorded at build time."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_run import cli as run
 from tiny import make_model, save_bf16
 
 from tqbuild.errors import RecipeError
@@ -65,8 +64,7 @@ stages:
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "tqbuild", *map(str, args)],
-                          capture_output=True, text=True, timeout=600, cwd=cwd)
+    return run(cwd or Path.cwd(), *args)
 
 
 def _check_decodes(out: Path) -> dict:
