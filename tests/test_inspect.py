@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from pathlib import Path
 
+from cli_run import cli
 from tiny import make_model, save_bf16
 
 
@@ -22,10 +22,8 @@ stages:
       default: {{bits: 4, group_size: 32}}
       rules: [{{match: 'down_proj', bits: 8}}, {{match: 'lm_head', format: none}}]
 """)
-    assert subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml"], cwd=tmp_path,
-                          capture_output=True).returncode == 0
-    p = subprocess.run([sys.executable, "-m", "tqbuild", "inspect", "out", "--json"],
-                       cwd=tmp_path, capture_output=True, text=True)
+    assert cli(tmp_path, "r.yaml").returncode == 0
+    p = cli(tmp_path, "inspect", "out", "--json")
     info = json.loads(p.stdout)
     mods = info["modules"]
     assert mods["model.layers.0.mlp.down_proj"]["bits"] == 8
@@ -38,14 +36,12 @@ stages:
     expect = (w4 * 5 + w8 * 9) / (w4 + w8)
     assert abs(info["bits_per_weight"] - expect) < 1e-3
     assert info["weight_transforms"][0]["seed"] == 5
-    text = subprocess.run([sys.executable, "-m", "tqbuild", "inspect", "out"], cwd=tmp_path,
-                          capture_output=True, text=True).stdout
+    text = cli(tmp_path, "inspect", "out").stdout
     assert "bits per weight" in text and "model.layers.1.self_attn.q_proj" in text
 
 
 def test_schema_is_json_schema_of_the_recipe():
-    p = subprocess.run([sys.executable, "-m", "tqbuild", "schema"], capture_output=True,
-                       text=True)
+    p = cli(Path.cwd(), "schema")
     s = json.loads(p.stdout)
     assert s["additionalProperties"] is False and "stages" in s["required"]
     assert "calibration" in s["properties"]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_run import cli
 
 from tqbuild.errors import BadInput
 from tqbuild.kv import codec, tables
@@ -22,8 +22,7 @@ def golden_files(goldens):
 
 
 def test_check_goldens_cli_passes_on_every_shared_file(goldens):
-    p = subprocess.run([sys.executable, "-m", "tqbuild", "kv", "check-goldens",
-                        *map(str, golden_files(goldens))], capture_output=True, text=True)
+    p = cli(Path.cwd(), "kv", "check-goldens", *golden_files(goldens))
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count(", ok") == len(golden_files(goldens))
 
@@ -40,8 +39,7 @@ def test_a_flipped_bit_is_caught(goldens, tmp_path):
         arrays = {k: z[k].copy() for k in z.files}
     arrays["k4_v3__value_packed"].reshape(-1)[7] ^= 0x10
     np.savez(tmp_path / "tq_float16_d64.npz", **arrays)
-    p = subprocess.run([sys.executable, "-m", "tqbuild", "kv", "check-goldens",
-                        str(tmp_path / "tq_float16_d64.npz")], capture_output=True, text=True)
+    p = cli(tmp_path, "kv", "check-goldens", tmp_path / "tq_float16_d64.npz")
     assert p.returncode == 3 and "k4_v3__value_packed" in p.stdout
     assert "Traceback" not in p.stderr
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run import cli
 from tiny import make_model, save_bf16
 
 pytest.importorskip("mlx_lm")
@@ -53,8 +54,7 @@ stages:
         - {{match: 'self_attn', format: nvfp4}}
         - {{match: 'embed_tokens', format: affine, bits: 8, group_size: 64}}
 """)
-    p = subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml"], cwd=tmp_path,
-                       capture_output=True, text=True)
+    p = cli(tmp_path, "r.yaml")
     assert p.returncode == 0, p.stderr
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert cfg["quantization"]["mode"] == "mxfp4"
@@ -82,6 +82,5 @@ stages:
   - calibrate
   - quantize: {default: {format: mxfp4, method: gptq}}
 """)
-    p = subprocess.run([sys.executable, "-m", "tqbuild", "r.yaml"], cwd=tmp_path,
-                       capture_output=True, text=True)
+    p = cli(tmp_path, "r.yaml")
     assert p.returncode == 2 and "GPTQ needs the affine format" in p.stderr

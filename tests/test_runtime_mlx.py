@@ -4,12 +4,10 @@ torch loader's logits and generates."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
+from cli_run import cli
 from tiny import make_model, save_bf16
 
 from tqbuild.formats import trellis as fmt
@@ -58,8 +56,7 @@ stages:
         - {{match: 'mlp\\.down_proj$', format: trellis, bits: 2,
            trellis: {{T: 32, interleave: true}}}}
 """)
-    p = subprocess.run([sys.executable, "-m", "tqbuild", tmp_path / "r.yaml", "--no-lock",
-                        "--workdir", tmp_path / "w"], capture_output=True, text=True)
+    p = cli(tmp_path, tmp_path / "r.yaml", "--no-lock", "--workdir", tmp_path / "w")
     assert p.returncode == 0, p.stderr[-2000:]
     from mlx_lm.generate import generate_step
 

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from cli_run import cli
 
 from tqbuild.formats import trellis as fmt
 from tqbuild.kernels.trellis_codes import code_table
@@ -146,8 +147,8 @@ stages:
       rules:
         - {{match: 'mlp\\.(gate|up|down)_proj$', format: trellis, bits: 3, trellis: {{T: 64}}}}
 """)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tqbuild", *map(str, a)],  # noqa: E731
-                                    capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    def run(*a):
+        return cli(tmp_path, *a)
     assert run("r.yaml", "--no-lock").returncode == 0
     p = run("verify", tmp_path / "out")
     assert p.returncode == 0, p.stderr[-2000:]

@@ -4,9 +4,8 @@ affine `{kmap, budget}` rules allocate from it within their budgets."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+from cli_run import cli
 from tiny import make_model, save_bf16
 
 
@@ -27,8 +26,8 @@ stages:
         - {{match: 'self_attn\\.[qkvo]_proj$',
            bits: {{kmap: sens.json, budget: 4.5, choices: [3, 4, 8]}}}}
 """)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tqbuild", *map(str, a)],  # noqa: E731
-                                    cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    def run(*a):
+        return cli(tmp_path, *a)
     p = run("plan", "r.yaml")
     assert p.returncode == 2 and "sens.json" in p.stderr and "tq-build sensitivity" in p.stderr
     p = run("sensitivity", "r.yaml", "--method", "trellis", "--tokens", "64")

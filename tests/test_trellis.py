@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_run import cli
 
 from tqbuild.formats import trellis as fmt
 from tqbuild.formats.dequant import dequantize_module, module_entry
@@ -133,15 +132,14 @@ def test_cuda_viterbi_equals_cpu(L, k):
 
 
 def test_codec_check_cli_json():
-    p = subprocess.run([sys.executable, "-m", "tqbuild", "codec-check", "--L", "12", "--k", "2",
-                        "--code", "3inst", "--sequences", "64"], capture_output=True, text=True)
+    p = cli(Path.cwd(), "codec-check", "--L", "12", "--k", "2", "--code", "3inst",
+            "--sequences", "64")
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert {"L", "k", "code", "T", "sequences", "mse", "seconds", "weights_per_s",
             "device"} <= set(r)
     assert r["code"] == "3inst" and 0.06 < r["mse"] < 0.09
-    bad = subprocess.run([sys.executable, "-m", "tqbuild", "codec-check", "--k", "0"],
-                         capture_output=True, text=True)
+    bad = cli(Path.cwd(), "codec-check", "--k", "0")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
