@@ -14,3 +14,32 @@ def goldens() -> Path:
     if not p.is_dir():
         pytest.skip("../shared/goldens not present")
     return p
+
+
+@pytest.fixture(scope="session")
+def tiny_source(tmp_path_factory):
+    """tiny_source(family="llama", seed=0) -> a bf16 checkpoint of tests/tiny.py's
+    model, made once per session (builds only read their source)."""
+    from tiny import make_model, save_bf16
+
+    made: dict[tuple[str, int], Path] = {}
+
+    def get(family: str = "llama", seed: int = 0) -> Path:
+        if (family, seed) not in made:
+            d = tmp_path_factory.mktemp(f"src-{family}-{seed}")
+            made[(family, seed)] = save_bf16(make_model(family, seed), d / "src")
+        return made[(family, seed)]
+
+    return get
+
+
+def write_recipe(path: Path, *, source: Path, stages: list, name: str = "t",
+                 output: str | Path = "out", **top) -> Path:
+    """A recipe file from plain data (yaml-dumped, so no quoting by hand);
+    `stages`: names or one-key mappings, as in the YAML."""
+    import yaml
+
+    data = {"name": name, "source": {"path": str(source)}, "output": str(output), **top,
+            "stages": stages}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

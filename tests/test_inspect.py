@@ -6,22 +6,15 @@ import json
 from pathlib import Path
 
 from cli_run import cli
-from tiny import make_model, save_bf16
+from conftest import write_recipe
 
 
-def test_inspect_reports_modules_bpw_and_transforms(tmp_path):
-    src = save_bf16(make_model("llama"), tmp_path / "src")
-    (tmp_path / "r.yaml").write_text(f"""name: ins
-source: {{path: {src}}}
-output: out
-stages:
-  - untie
-  - norm_fold
-  - rotate: {{seed: 5}}
-  - quantize:
-      default: {{bits: 4, group_size: 32}}
-      rules: [{{match: 'down_proj', bits: 8}}, {{match: 'lm_head', format: none}}]
-""")
+def test_inspect_reports_modules_bpw_and_transforms(tmp_path, tiny_source):
+    write_recipe(tmp_path / "r.yaml", name="ins", source=tiny_source(), stages=[
+        "untie", "norm_fold", {"rotate": {"seed": 5}},
+        {"quantize": {"default": {"bits": 4, "group_size": 32},
+                      "rules": [{"match": "down_proj", "bits": 8},
+                                {"match": "lm_head", "format": "none"}]}}])
     assert cli(tmp_path, "r.yaml").returncode == 0
     p = cli(tmp_path, "inspect", "out", "--json")
     info = json.loads(p.stdout)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_run import cli
-from tiny import make_model, save_bf16
+from conftest import write_recipe
 
 pytest.importorskip("mlx_lm")
 HERE = Path(__file__).parent
@@ -38,22 +38,13 @@ print(json.dumps({"n": n, "bad": bad, "modes": sorted({m.mode for _, m in model.
 """
 
 
-def test_microscaling_formats_load_in_stock_mlx_lm(tmp_path):
-    src = save_bf16(make_model("llama"), tmp_path / "src")
-    (tmp_path / "r.yaml").write_text(f"""name: mx
-source: {{path: {src}}}
-output: out
-stages:
-  - untie
-  - norm_fold
-  - rotate
-  - quantize:
-      default: {{format: mxfp4}}
-      rules:
-        - {{match: 'down_proj', format: mxfp8}}
-        - {{match: 'self_attn', format: nvfp4}}
-        - {{match: 'embed_tokens', format: affine, bits: 8, group_size: 64}}
-""")
+def test_microscaling_formats_load_in_stock_mlx_lm(tmp_path, tiny_source):
+    write_recipe(tmp_path / "r.yaml", name="mx", source=tiny_source(), stages=[
+        "untie", "norm_fold", "rotate",
+        {"quantize": {"default": {"format": "mxfp4"}, "rules": [
+            {"match": "down_proj", "format": "mxfp8"},
+            {"match": "self_attn", "format": "nvfp4"},
+            {"match": "embed_tokens", "format": "affine", "bits": 8, "group_size": 64}]}}])
     p = cli(tmp_path, "r.yaml")
     assert p.returncode == 0, p.stderr
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
