@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from cli_run import cli
-from tiny import make_model, save_bf16
+from conftest import write_recipe
 
 from tqbuild.formats import trellis as fmt
 from tqbuild.kernels.viterbi import viterbi_tailbiting
@@ -40,22 +40,15 @@ def test_trellis_linear_decode_is_the_reference(k, axis, interleave):
     assert np.allclose(np.array(lin(mx.array(x))), x @ ref.T, atol=1e-4)
 
 
-def test_trellis_artifact_loads_in_mlx_lm_and_generates(tmp_path):
-    src = save_bf16(make_model("llama"), tmp_path / "src")
-    (tmp_path / "r.yaml").write_text(f"""name: rt
-source: {{path: {src}}}
-output: {tmp_path / 'out'}
-stages:
-  - untie
-  - norm_fold
-  - rotate
-  - quantize:
-      default: {{bits: 4, group_size: 32}}
-      rules:
-        - {{match: 'mlp\\.(gate|up)_proj$', format: trellis, bits: 3, trellis: {{T: 64}}}}
-        - {{match: 'mlp\\.down_proj$', format: trellis, bits: 2,
-           trellis: {{T: 32, interleave: true}}}}
-""")
+def test_trellis_artifact_loads_in_mlx_lm_and_generates(tmp_path, tiny_source):
+    write_recipe(tmp_path / "r.yaml", name="rt", source=tiny_source(),
+                 output=tmp_path / "out", stages=[
+                     "untie", "norm_fold", "rotate",
+                     {"quantize": {"default": {"bits": 4, "group_size": 32}, "rules": [
+                         {"match": r"mlp\.(gate|up)_proj$", "format": "trellis", "bits": 3,
+                          "trellis": {"T": 64}},
+                         {"match": r"mlp\.down_proj$", "format": "trellis", "bits": 2,
+                          "trellis": {"T": 32, "interleave": True}}]}}])
     p = cli(tmp_path, tmp_path / "r.yaml", "--no-lock", "--workdir", tmp_path / "w")
     assert p.returncode == 0, p.stderr[-2000:]
     from mlx_lm.generate import generate_step

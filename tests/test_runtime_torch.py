@@ -129,24 +129,17 @@ def test_cuda_linear_every_path_bf16(m):
         assert torch.allclose(lin(x).float(), want, rtol=2e-2, atol=5e-2)
 
 
-def test_verify_runs_both_runtimes_and_reports_speed(tmp_path):
+def test_verify_runs_both_runtimes_and_reports_speed(tmp_path, tiny_source):
     import json
 
-    from tiny import make_model, save_bf16
+    from conftest import write_recipe
 
-    src = save_bf16(make_model("llama"), tmp_path / "src")
-    (tmp_path / "r.yaml").write_text(f"""name: vr
-source: {{path: {src}}}
-output: {tmp_path / 'out'}
-stages:
-  - untie
-  - norm_fold
-  - rotate
-  - quantize:
-      default: {{bits: 4, group_size: 32}}
-      rules:
-        - {{match: 'mlp\\.(gate|up|down)_proj$', format: trellis, bits: 3, trellis: {{T: 64}}}}
-""")
+    write_recipe(tmp_path / "r.yaml", name="vr", source=tiny_source(),
+                 output=tmp_path / "out", stages=[
+                     "untie", "norm_fold", "rotate",
+                     {"quantize": {"default": {"bits": 4, "group_size": 32}, "rules": [
+                         {"match": r"mlp\.(gate|up|down)_proj$", "format": "trellis",
+                          "bits": 3, "trellis": {"T": 64}}]}}])
     def run(*a):
         return cli(tmp_path, *a)
     assert run("r.yaml", "--no-lock").returncode == 0
