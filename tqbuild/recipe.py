@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from .errors import RecipeError
+from .formats import mlx_affine
 from .formats.mx import MX_FORMATS
 from .io.paths import checked, syntax_problem
 
@@ -49,7 +50,7 @@ class RotateParams(Frozen):
 
 
 Bits = Literal[1, 2, 3, 4, 5, 6, 8]
-AFFINE_BITS = (2, 3, 4, 5, 6, 8)
+AFFINE_BITS = mlx_affine.BITS
 TRELLIS_BITS = (1, 2, 3, 4)
 GroupSize = Literal[32, 64, 128]
 

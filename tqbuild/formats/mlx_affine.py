@@ -11,7 +11,6 @@ import torch
 from .spec import FormatSpec
 
 BITS = (2, 3, 4, 5, 6, 8)
-GROUP_SIZES = (32, 64, 128)
 
 
 def pack(q: np.ndarray, bits: int) -> np.ndarray:

@@ -8,7 +8,7 @@ A `*` in a pattern stands for one name component (an expert index).
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -59,14 +59,6 @@ class Family:
     hf_text_model_type: str | None = None
     # the embedding output is multiplied by sqrt(hidden) (gemma)
     embed_scale_sqrt_hidden: bool = False
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def final_readers(self) -> tuple[str, ...]:
-        return (self.lm_head,)
-
-    def layer_name(self, i: int, rel: str) -> str:
-        return f"{self.layer_prefix}{i}.{rel}"
 
 
 def matches(rel: str, patterns: tuple[str, ...]) -> bool:

@@ -142,7 +142,6 @@ class Builder:
         self.dist = dist or Dist(device=device)
         lead = self.dist.lead
         self.plan, self.source = plan, source
-        self.own_wd = wd  # rank 0's own view, for assembling the artifact
         self.wd = wd if self.dist.world == 1 else RankWorkDir(wd, self.dist)
         self.device, self.log, self.progress = device, log, progress and lead
         self.events = (events if lead else None) or (lambda event, **fields: None)

@@ -65,7 +65,6 @@ class HessianCapture:
         # inputs seen in this batch, held so their memory cannot be reused and
         # mistaken for another input at the same address
         self._seen: OrderedDict[tuple, tuple[str, torch.Tensor]] = OrderedDict()
-        self.sample0 = 0
         for name, mod in layer.named_modules():
             if isinstance(mod, nn.Linear):
                 self._handles.append(mod.register_forward_pre_hook(self._linear_hook(name)))
@@ -76,7 +75,6 @@ class HessianCapture:
 
     def start_batch(self, first_sample: int, n: int) -> None:
         self._flush()
-        self.sample0 = first_sample
         self._seen.clear()
 
     def _flush(self) -> None:
