@@ -211,7 +211,14 @@ def test_rules_first_match_wins_and_none_keeps_float():
 
 def test_gptq_without_calibrate_is_refused(tmp_path, src):
     text = GOOD.format(src=src, out=tmp_path / "out").replace("bits: 4,", "method: gptq, bits: 4,")
-    check_rejected(tmp_path, text, "r.yaml:8", "needs Hessians", "- calibrate")
+    check_rejected(tmp_path, text, "r.yaml:8", "method gptq needs Hessians", "- calibrate")
+
+
+def test_ldlq_without_calibrate_names_ldlq(tmp_path, src):
+    text = GOOD.format(src=src, out=tmp_path / "out").replace(
+        "group_size: 64}", "group_size: 64}\n      rules: [{match: mlp, format: trellis, "
+        "method: ldlq, bits: 3, trellis: {T: 64}}]")
+    check_rejected(tmp_path, text, "r.yaml:8", "method ldlq needs Hessians", "- calibrate")
 
 
 def test_custom_code_source_refused_unless_trusted(tmp_path, src):

@@ -198,8 +198,14 @@ class QuantizeParams(Frozen):
 
     @property
     def needs_hessians(self) -> bool:
-        return self.default.uses_hessian or any(r.method in ("gptq", "ldlq")
-                                                for r in self.rules)
+        return bool(self.hessian_methods)
+
+    @property
+    def hessian_methods(self) -> list[str]:
+        """The Hessian-based methods the quantize stage uses (gptq, ldlq)."""
+        found = [s.method for s in (self.default, *(r.apply(self.default) for r in self.rules))
+                 if s.uses_hessian]
+        return sorted(set(found))
 
     def spec_for(self, module: str) -> QuantSpec:
         """First matching rule wins (re.search on the artifact module path)."""
@@ -351,11 +357,16 @@ class Recipe(Frozen):
 
     def line_of(self, *path: str | int) -> str:
         """file:line of the deepest recorded node on `path`."""
-        for n in range(len(path), -1, -1):
-            key = "/".join(map(str, path[:n]))
-            if key in self.lines:
-                return f"{self.file}:{self.lines[key]}"
-        return self.file
+        return line_lookup(self.file, self.lines, path)
+
+
+def line_lookup(file: str, lines: dict[str, int], path: tuple) -> str:
+    """file:line of the deepest node on `path` (keys joined by '/') that has a line."""
+    for n in range(len(path), -1, -1):
+        key = "/".join(map(str, path[:n]))
+        if key in lines:
+            return f"{file}:{lines[key]}"
+    return file
 
 
 TOP_KEYS = {"name", "source", "output", "workdir", "stages", "calibration", "card"}
@@ -542,11 +553,7 @@ def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recip
         _index_lines(root, "", lines)
 
     def where_of(*p) -> str:
-        for n in range(len(p), -1, -1):
-            key = "/".join(map(str, p[:n]))
-            if key in lines:
-                return f"{file}:{lines[key]}"
-        return file
+        return line_lookup(file, lines, p)
 
     if not isinstance(data, dict):
         raise RecipeError("a recipe must be a mapping with name, source, output and stages",
@@ -637,7 +644,9 @@ def _parse_stages(raw: Any, where_of, calibration: Any = None) -> tuple[Stage, .
     q = next((s for s in out if s.name == "quantize"), None)
     if q is not None and q.params.needs_hessians and "calibrate" not in names:
         raise _fail(f"{where_of('stages', names.index('quantize'))}",
-                    "method gptq needs Hessians, and no `calibrate` stage captures them",
+                    f"method {' and '.join(q.params.hessian_methods)} "
+                    f"need{'s' if len(q.params.hessian_methods) == 1 else ''} Hessians, and "
+                    "no `calibrate` stage captures them",
                     "add `- calibrate` (default: 128 self-generated samples of 128 tokens) "
                     "before `- quantize`, or use method rtn")
     if out[-1].name != "write":
