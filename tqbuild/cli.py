@@ -28,12 +28,12 @@ from .io.paths import writable_file
 from .kernels.codec_check import codec_check
 from .kernels.trellis_codes import CODES
 from .kv.goldens import check_file
-from .pipeline.api import Prepared, prepare, run
+from .pipeline.api import Prepared, prepare, record_in_lock, run, up_to_date
 from .pipeline.distributed import Dist
 from .pipeline.events import JsonLog
 from .pipeline.executor import BuildOptions
 from .pipeline.launch import torchrun
-from .pipeline.lock import check_entry, make_entry, read_lock, rel, update_lock
+from .pipeline.lock import check_entry, read_lock
 from .pipeline.lock import default_lock_path as find
 from .pipeline.report import describe
 from .recipe import KMap, load, recipe_json_schema, recipe_reference_markdown
@@ -111,8 +111,7 @@ def build(
     if not dist.lead:  # rank 0 resolves first (a GGUF source is imported once)
         dist.share(None)
     prepared = _prepare(recipe, workdir, set_, output)  # bad input: exit 2
-    r, plan, source, gguf, out = (prepared.recipe, prepared.plan, prepared.source,
-                                  prepared.gguf, prepared.output)
+    r, plan, out = prepared.recipe, prepared.plan, prepared.output
     if dist.lead:
         dist.share(None)
     if log_json is not None:
@@ -120,7 +119,7 @@ def build(
                       fix="choose a file in a writable directory")
     lock_path = None if no_lock else (lock or default_lock_path(recipe))
     fresh = dist.lead and lock_path is not None and not force and not layers and \
-        _up_to_date(lock_path, r.name, out)
+        up_to_date(prepared, lock_path)
     if dist.share(fresh):
         if dist.lead:
             typer.echo(f"{r.name}: up to date ({lock_path}); nothing to do (--force rebuilds)")
@@ -150,22 +149,10 @@ def build(
     if not dist.lead:
         return
     if lock_path is not None:
-        cache = HashCache(lock_path.parent / ".tq-work" / "hash-cache.json")
-        update_lock(lock_path, r.name, make_entry(plan, source, gguf, out, lock_path, cache))
-        cache.save()
+        record_in_lock(prepared, lock_path)
     ranks = f", {dist.world} ranks" if dist.world > 1 else ""
     typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s), "
                f"{len(res.computed)}/{len(plan.units)} units computed{ranks})")
-
-
-def _up_to_date(lock_path: Path, name: str, out: Path) -> bool:
-    entry = read_lock(lock_path)["recipes"].get(name)
-    if entry is None or entry.get("output_dir") != rel(out, lock_path.parent):
-        return False
-    cache = HashCache(lock_path.parent / ".tq-work" / "hash-cache.json")
-    ok = not check_entry(entry, lock_path.parent, cache)
-    cache.save()
-    return ok
 
 
 def default_lock_path(recipe: Path) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..io.hash_cache import HashCache
 from ..io.paths import creatable
 from ..io.resolve import resolve_source
 from ..io.source import Source
@@ -18,6 +19,7 @@ from ..recipe import Recipe, load
 from .distributed import Dist
 from .executor import BuildOptions, BuildResult, build
 from .graph import Plan, compile_plan
+from .lock import check_entry, make_entry, read_lock, rel, update_lock
 
 
 @dataclass(frozen=True)
@@ -55,3 +57,27 @@ def run(prepared: Prepared, options: BuildOptions = BuildOptions(), *, log=print
     p = prepared
     return build(p.plan, p.source, p.output, options, gguf=p.gguf, workdir=p.workdir,
                  log=log, events=events, dist=dist)
+
+
+def _hash_cache(lock_path: Path) -> HashCache:
+    return HashCache(lock_path.parent / ".tq-work" / "hash-cache.json")
+
+
+def up_to_date(prepared: Prepared, lock_path: Path) -> bool:
+    """Whether `lock_path` records this recipe, at this output, and every input
+    and output still matches it (cheapest checks first)."""
+    entry = read_lock(lock_path)["recipes"].get(prepared.recipe.name)
+    if entry is None or entry.get("output_dir") != rel(prepared.output, lock_path.parent):
+        return False
+    cache = _hash_cache(lock_path)
+    ok = not check_entry(entry, lock_path.parent, cache)
+    cache.save()
+    return ok
+
+
+def record_in_lock(prepared: Prepared, lock_path: Path) -> None:
+    """Write this build's entry (inputs, params, outputs, versions) into the lock."""
+    p, cache = prepared, _hash_cache(lock_path)
+    update_lock(lock_path, p.recipe.name,
+                make_entry(p.plan, p.source, p.gguf, p.output, lock_path, cache))
+    cache.save()
