@@ -20,9 +20,9 @@ from hostinfo import host
 
 from tqbuild.models import family_for
 from tqbuild.recipe import GuardParams, QuantSpec
-from tqbuild.stages.affine import quantize_tensor
 from tqbuild.stages.hessian import HessianCapture
 from tqbuild.stages.layer_forward import LayerRunner
+from tqbuild.stages.quantize import quantize_tensor
 
 HIDDEN, INTER, HEADS, KV, HD = 5120, 17408, 40, 8, 128
 CONFIG = {"model_type": "llama", "hidden_size": HIDDEN, "intermediate_size": INTER,

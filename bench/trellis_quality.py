@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from hostinfo import host  # noqa: E402
 
 from tqbuild.kernels.viterbi import code_tensor  # noqa: E402
-from tqbuild.stages.gptq import proxy_loss  # noqa: E402
+from tqbuild.stages.guard import proxy_loss  # noqa: E402
 from tqbuild.stages.trellis import Geometry, trellis_guarded  # noqa: E402
 from tqbuild.stages.trellis_refit import refit_scales  # noqa: E402
 
