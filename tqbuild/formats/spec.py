@@ -7,6 +7,7 @@ the hash a build records for them, its size on disk."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -14,6 +15,9 @@ class FormatSpec:
     name: str = ""
     parts: tuple[str, ...] = ("scales",)  # tensors stored beside `.weight`
     hash_key: str = "dequant_sha256"  # the metadata field holding the values' hash
+    # MLX's own quantized layers load it (an MLX `mode`): it may be the config's
+    # global entry; otherwise every module is listed and a tq-build runtime loads it
+    mlx_native: bool = True
 
     def config_entry(self, spec) -> dict:
         """QuantSpec -> the config entry a loader reads."""
@@ -37,6 +41,12 @@ class FormatSpec:
     def stored_bytes(self, spec, shape: tuple[int, ...], dtype_bytes: int) -> int:
         """Estimated bytes of a module quantized with `spec` (for disk checks)."""
         raise NotImplementedError
+
+    def encode_cost(self, spec, shape: tuple[int, ...]) -> float:
+        """Relative work of quantizing a tensor (to spread a layer over ranks):
+        GPTQ ∝ weights × columns, RTN ∝ weights."""
+        n = float(np.prod(shape))
+        return n * shape[-1] if spec.uses_hessian else n
 
     def budget_overhead(self, spec) -> float:
         """Bits per weight a bit budget pays besides the codes (group parameters)."""

@@ -189,6 +189,10 @@ class TrellisFormat(FormatSpec):
 
     name = "trellis"
     hash_key = "recon_sha256"
+    mlx_native = False
+
+    def encode_cost(self, spec, shape) -> float:
+        return float(np.prod(shape)) * 2.0 ** spec.trellis.L  # Viterbi: weights × states
 
     def config_entry(self, spec) -> dict:
         return TrellisEntry.from_spec(spec).config()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+from ..formats import FORMATS
 from ..formats.dequant import module_entry
 
 
@@ -74,11 +75,14 @@ def quantization_entry(specs: dict, default) -> dict | None:
     quantized = {m: s for m, s in specs.items() if s.quantized}
     if not quantized:
         return None
-    plain = [s for s in quantized.values() if s.format != "trellis"]
-    base = default if default.quantized and default.format != "trellis" else (
+    def native(s) -> bool:
+        return FORMATS[s.format].mlx_native
+
+    plain = [s for s in quantized.values() if native(s)]
+    base = default if default.quantized and native(default) else (
         plain[0] if plain else next(iter(quantized.values())))
     entry: dict = module_entry(base)
     for m, s in sorted(quantized.items()):
-        if module_entry(s) != module_entry(base) or s.format == "trellis":
+        if module_entry(s) != module_entry(base) or not native(s):
             entry[m] = module_entry(s)
     return entry

@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from ..errors import OutputError
+from ..formats import FORMATS
 from ..formats.dequant import dequantize_module, module_entry
 from ..inspect_artifact import inspect
 from ..io.atomic import replace_dir, write_json
@@ -386,12 +387,9 @@ class Builder:
 
 
 def quant_cost(t: torch.Tensor, spec) -> float:
-    """Relative work of quantizing one tensor, to spread a layer over ranks:
-    Viterbi ∝ weights × 2^L states, GPTQ/LDLQ ∝ weights × columns, RTN ∝ weights."""
-    n = float(t.numel())
-    if spec.format == "trellis":
-        return n * 2.0 ** spec.trellis.L
-    return n * t.shape[-1] if spec.uses_hessian else n
+    """Relative work of quantizing one tensor, to spread a layer over ranks."""
+    fmt = FORMATS.get(spec.format)
+    return fmt.encode_cost(spec, tuple(t.shape)) if fmt else float(t.numel())
 
 
 def disk_full(e: BaseException) -> bool:

@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ..formats import format_of
 from ..formats.trellis import TrellisEntry
 from ..kernels.trellis_codes import code_table
 
@@ -85,8 +86,8 @@ def load(path: str | Path, dtype=None):
     path = Path(path)
     config = json.loads((path / "config.json").read_text())
     quant = dict(config.get("quantization") or {})
-    trellis = {m: e for m, e in quant.items()
-               if isinstance(e, dict) and e.get("mode") == "trellis"}
+    trellis = {m: e for m, e in quant.items()  # what MLX's own layers cannot load
+               if isinstance(e, dict) and not format_of(e).mlx_native}
     affine = {k: v for k, v in quant.items() if k not in trellis}
     cfg = copy.deepcopy(config)
     for key in ("quantization", "quantization_config"):
