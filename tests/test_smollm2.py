@@ -150,7 +150,7 @@ def test_dataset_not_in_cache_is_a_clear_error(smol):
 def _fast_blas_env() -> dict:
     import os
 
-    from tqbuild.cli import OPENBLAS
+    from tqbuild.environment import OPENBLAS
 
     env = dict(os.environ)
     if os.path.exists(OPENBLAS):
