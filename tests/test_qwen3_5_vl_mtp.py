@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from cli_run import cli as run
+from conftest import write_recipe
 from tiny import make_qwen3_5_vl_with_mtp
 
 from tqbuild.stages.layer_forward import LayerRunner
@@ -198,19 +199,11 @@ def test_gptq_default_on_a_vision_tower_falls_back_to_rtn(vl, tmp_path):
     tower is not run on the calibration text, so it has no Hessian and is RTN-
     coded with a `no_hessian_rtn` event (this crashed with KeyError once)."""
     _, src = vl
-    (tmp_path / "r.yaml").write_text(f"""name: vlgptq
-source: {{path: {src}}}
-output: {tmp_path / 'out'}
-calibration: {{source: {{self_generated: true}}, samples: 2, seq_len: 16}}
-stages:
-  - untie
-  - norm_fold
-  - rotate: {{r2: off}}
-  - calibrate
-  - quantize:
-      default: {{method: gptq, bits: 4, group_size: 32}}
-  - write
-""")
+    write_recipe(tmp_path / "r.yaml", name="vlgptq", source=src, output=tmp_path / "out",
+                 calibration={"source": {"self_generated": True}, "samples": 2, "seq_len": 16},
+                 stages=["untie", "norm_fold", {"rotate": {"r2": "off"}}, "calibrate",
+                         {"quantize": {"default": {"method": "gptq", "bits": 4,
+                                                   "group_size": 32}}}, "write"])
     p = cli(tmp_path / "r.yaml", "--workdir", tmp_path / "w", "--no-lock")
     assert p.returncode == 0, p.stderr[-3000:]
     mods = json.loads((tmp_path / "out" / "optiq_metadata.json").read_text())["modules"]

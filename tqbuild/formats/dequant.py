@@ -32,5 +32,4 @@ def dequantize_module(weight: torch.Tensor, scales: torch.Tensor, biases: torch.
     """-> float32 weight in the artifact's [.., out, in] layout. `compute_dtype`:
     the dtype affine values are formed in (default: the stored scales', as
     `mx.dequantize`; float32: as MLX's quantized matmul uses them)."""
-    return format_of({"mode": entry.get("mode", "affine")}).dequantize(
-        weight, scales, biases, entry, compute_dtype)
+    return format_of(entry).dequantize(weight, scales, biases, entry, compute_dtype)

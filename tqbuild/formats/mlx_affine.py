@@ -110,9 +110,6 @@ class AffineFormat(FormatSpec):
     def config_entry(self, spec) -> dict:
         return {"group_size": spec.group_size, "bits": spec.bits, "mode": "affine"}
 
-    def logical_shape(self, stored: list[int], entry: dict) -> list[int]:
-        return [*stored[:-1], stored[-1] * 32 // entry["bits"]]
-
     def dequantize(self, weight, scales, biases, entry, compute_dtype=None) -> torch.Tensor:
         if compute_dtype is not None:
             scales, biases = scales.to(compute_dtype), biases.to(compute_dtype)

@@ -40,9 +40,6 @@ class MicroscalingFormat(FormatSpec):
     def config_entry(self, spec) -> dict:
         return {"group_size": self.group_size, "bits": self.bits, "mode": self.name}
 
-    def logical_shape(self, stored: list[int], entry: dict) -> list[int]:
-        return [*stored[:-1], stored[-1] * 32 // entry["bits"]]
-
     def dequantize(self, weight, scales, biases, entry, compute_dtype=None) -> torch.Tensor:
         import mlx.core as mx
 

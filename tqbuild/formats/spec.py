@@ -24,8 +24,9 @@ class FormatSpec:
         raise NotImplementedError
 
     def logical_shape(self, stored: list[int], entry: dict) -> list[int]:
-        """Stored `.weight` shape -> the weight's [.., out, in]."""
-        raise NotImplementedError
+        """Stored `.weight` shape -> the weight's [.., out, in] (default: each row
+        packed into uint32 words, `bits` per weight, as MLX's modes store it)."""
+        return [*stored[:-1], stored[-1] * 32 // entry["bits"]]
 
     def dequantize(self, weight: torch.Tensor, scales: torch.Tensor,
                    biases: torch.Tensor | None, entry: dict,

@@ -17,8 +17,9 @@ from .guard import proxy_loss, relative_error
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def _one(w: torch.Tensor, spec: QuantSpec, h: torch.Tensor | None, guard: GuardParams,
-         dtype: torch.dtype) -> AffineResult:
+def quantize_affine_matrix(w: torch.Tensor, h: torch.Tensor | None, spec: QuantSpec,
+                           guard: GuardParams, dtype: torch.dtype) -> AffineResult:
+    """One matrix: GPTQ (guarded) with its Hessian, else RTN."""
     if spec.method == "gptq" and h is not None:
         return gptq_guarded(w, h, spec.k, spec.group_size, damp=spec.damp,
                             block_size=spec.block_size, act_order=spec.act_order,
@@ -61,11 +62,6 @@ def quantize_mx(name: str, w: torch.Tensor, spec: QuantSpec, dtype: torch.dtype
             f"{module}.scales": torch.from_numpy(np.array(scales))}, record
 
 
-def quantize_affine_matrix(w: torch.Tensor, h: torch.Tensor | None, spec: QuantSpec,
-                          guard: GuardParams, dtype: torch.dtype) -> AffineResult:
-    return _one(w, spec, h, guard, dtype)
-
-
 def assemble_affine(name: str, w: torch.Tensor, results: list[AffineResult], spec: QuantSpec,
                     hessians, dtype: torch.dtype, guard=None) -> tuple[dict, dict, list]:
     """Per-matrix results -> (artifact tensors, module record, extra events)."""
@@ -75,9 +71,10 @@ def assemble_affine(name: str, w: torch.Tensor, results: list[AffineResult], spe
     biases = torch.stack([r.biases.cpu() for r in results]).reshape(*w.shape[:-1], -1)
     wq = mlx_affine.dequantize(q, scales, biases, spec.group_size)
     words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.k))
-    record: dict[str, Any] = {"format": "affine", "bits": spec.bits, "group_size": spec.group_size,
-              "proxy_rel_error": round(relative_error(w.cpu(), wq.float()), 6),
-              "dequant_sha256": mlx_affine.dequant_hash(wq)}
+    record: dict[str, Any] = {
+        "format": "affine", "bits": spec.bits, "group_size": spec.group_size,
+        "proxy_rel_error": round(relative_error(w.cpu(), wq.float()), 6),
+        "dequant_sha256": mlx_affine.dequant_hash(wq)}
     if spec.method == "gptq" and hessians is not None:
         record["damp"] = sorted({r.damp for r in results if r.damp is not None})
         record["act_order"] = spec.act_order
