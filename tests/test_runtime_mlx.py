@@ -36,8 +36,42 @@ def test_trellis_linear_decode_is_the_reference(k, axis, interleave):
                         axis=axis, interleave=interleave)
     got = np.array(lin.decode())
     assert np.array_equal(got, ref)
-    x = rng.standard_normal((3, ref.shape[1])).astype(np.float32)
-    assert np.allclose(np.array(lin(mx.array(x))), x @ ref.T, atol=1e-4)
+    dense = TrellisLinear(mx.array(words), mx.array(scales), k=k, T=T, L=12, code="1mad",
+                          axis=axis, interleave=interleave, cache_dense=True)
+    for m in (1, 3, 8, 9, 40):  # small-M (scales on the activations) and prefill paths
+        x = rng.standard_normal((m, ref.shape[1])).astype(np.float32)
+        y = np.array(lin(mx.array(x)))
+        assert np.allclose(y, x @ ref.T, atol=1e-4, rtol=1e-5)
+        if m > 8:  # the prefill path is the dense-cached module's arithmetic
+            assert np.array_equal(y, np.array(dense(mx.array(x))))
+    assert lin._dense is None and dense._dense is not None  # packed keeps no dense copy
+
+
+@pytest.mark.parametrize("axis,interleave", [(1, False), (0, True)])
+def test_stacked_experts_decode_exactly_and_match_switch_linear(axis, interleave):
+    from mlx_lm.models.switch_layers import SwitchLinear
+
+    from tqbuild.runtime.mlx_trellis import TrellisSwitchLinear, decode
+
+    rng = np.random.default_rng(5 + axis)
+    E, rows, T, nb, k = 5, 16, 32, 4, 3
+    words = np.stack([fmt.pack(rng.integers(0, 1 << 12, (rows, nb * T)), k, T)
+                      for _ in range(E)])
+    if interleave:
+        words = np.stack([fmt.interleave(w, k, T) for w in words])
+    scales = (rng.random((E, rows)) + 0.5).astype(np.float16)
+    entry = {"bits": k, "group_size": T, "mode": "trellis", "trellis": {
+        "L": 12, "code": "1mad", "axis": axis, "interleave": interleave, "version": 1}}
+    te = fmt.TrellisEntry.from_config(entry)
+    ref = te.decode(words, scales)  # [E, out, in]
+    assert np.array_equal(np.array(decode(te, mx.array(words), mx.array(scales))), ref)
+    packed = TrellisSwitchLinear(mx.array(words), mx.array(scales), entry)
+    dense = SwitchLinear(ref.shape[2], ref.shape[1], E, bias=False)
+    dense.weight = mx.array(ref)
+    for tokens in (1, 6):  # fewer selected experts than E: only those are decoded
+        x = mx.array(rng.standard_normal((tokens, 1, 1, ref.shape[2])).astype(np.float32))
+        idx = mx.array(rng.integers(0, E, (tokens, 2)).astype(np.uint32))
+        assert np.allclose(np.array(packed(x, idx)), np.array(dense(x, idx)), atol=1e-5)
 
 
 def test_trellis_artifact_loads_in_mlx_lm_and_generates(tmp_path, tiny_source):

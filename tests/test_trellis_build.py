@@ -138,6 +138,23 @@ def test_trellis_on_stacked_experts(tmp_path):
     tr = [m for m, r in meta["modules"].items() if r["format"] == "trellis"]
     assert tr and all("switch_mlp" in m for m in tr)
     assert all(meta["modules"][m]["method"] == "ldlq" for m in tr)
+    _mlx_matches_torch(tmp_path / "out")
+
+
+def _mlx_matches_torch(out: Path) -> None:
+    """The MLX runtime (stacked trellis experts packed) gives the torch loader's
+    next-token distribution."""
+    mx = pytest.importorskip("mlx.core")
+    from tqbuild.runtime.mlx import TrellisSwitchLinear, load
+
+    model, _ = load(out, dtype=mx.float32)
+    assert any(isinstance(m, TrellisSwitchLinear) for _, m in model.named_modules())
+    ids = np.arange(3, 19)
+    got = torch.from_numpy(np.array(model(mx.array(ids)[None])[0])).double()
+    with torch.no_grad():
+        ref = load_torch(out)(torch.from_numpy(ids)[None]).logits[0].double()
+    a, b = torch.log_softmax(ref, -1), torch.log_softmax(got, -1)
+    assert float((a.exp() * (a - b)).sum(-1).mean()) < 1e-3
 
 
 def test_geometry_error_names_tensor_and_fitting_T(llama_src, tmp_path):

@@ -1,11 +1,9 @@
 """Load a tq-build artifact into mlx-lm, trellis modules included.
 
-`TrellisLinear` decodes its packed words with MLX ops only (two word gathers,
-shifts, a mask and a code-table gather per weight, then × the fp16 scale in
-float32), so it runs on every MLX backend; the decoded float32 weight is kept
-after the first call. `load(path)` builds the mlx-lm model for the config,
-swaps a TrellisLinear in for every `mode: trellis` module, lets mlx-lm's own
-quantized layers take the affine / microscaling modules, and returns
+`load(path)` builds the mlx-lm model for the config, swaps a packed
+TrellisLinear (runtime/mlx_trellis.py) in for every `mode: trellis` module
+and a TrellisSwitchLinear for trellis-coded stacked experts, lets mlx-lm's
+own quantized layers take the affine / microscaling modules, and returns
 (model, tokenizer) ready for `mlx_lm.generate`.
 """
 
@@ -17,54 +15,18 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
 from ..formats import format_of
 from ..formats.trellis import TrellisEntry
-from ..kernels.trellis_codes import code_table
+from .mlx_trellis import TrellisLinear, TrellisSwitchLinear, resident_bytes
+
+__all__ = ["TrellisLinear", "TrellisSwitchLinear", "load", "resident_bytes"]
 
 
-class TrellisLinear(nn.Module):
-    def __init__(self, weight: mx.array, scales: mx.array, *, k: int, T: int, L: int,
-                 code: str, axis: int, interleave: bool, bias: mx.array | None = None):
-        super().__init__()
-        self.weight, self.scales = weight, scales
-        if bias is not None:
-            self.bias = bias
-        self.k, self.T, self.L, self.axis, self.interleave = k, T, L, axis, interleave
-        object.__setattr__(self, "_entry", TrellisEntry(k, T, L, code, axis, interleave))
-        object.__setattr__(self, "_table", mx.array(code_table(code, L)))
-        object.__setattr__(self, "_decoded", None)
-
-    @classmethod
-    def from_entry(cls, weight, scales, entry: dict, bias=None) -> TrellisLinear:
-        te = TrellisEntry.from_config(entry)
-        return cls(weight, scales, k=te.k, T=te.T, L=te.L, code=te.code, axis=te.axis,
-                   interleave=te.interleave, bias=bias)
-
-    def decode(self) -> mx.array:
-        """float32 [out, in]."""
-        words = self._entry.plain_words(self.weight)
-        rows, nw = words.shape
-        wpb = self.T * self.k // 32
-        nb = nw // wpb
-        w = words.reshape(rows, nb, wpb)
-        off = (self.T - 1 - np.arange(self.T)) * self.k
-        i0 = off // 32
-        i1 = (i0 + 1) % wpb  # the window wraps to the block's first word
-        sh = mx.array((off % 32).astype(np.uint32))
-        lo = mx.take(w, mx.array(i0), axis=2) >> sh
-        hi = (mx.take(w, mx.array(i1), axis=2) << (31 - sh)) << 1  # no shift by 32
-        state = (lo | hi) & ((1 << self.L) - 1)
-        vals = mx.take(self._table, state).reshape(rows, nb * self.T)
-        out = vals * self.scales.astype(mx.float32)[:, None]
-        return out if self.axis == 1 else out.T
-
-    def __call__(self, x: mx.array) -> mx.array:
-        if self._decoded is None:
-            object.__setattr__(self, "_decoded", self.decode())
-        y = x @ self._decoded.astype(x.dtype).T
-        return y + self.bias if "bias" in self else y
+def _get_module(root: nn.Module, path: str) -> nn.Module:
+    for p in path.split("."):
+        root = root[int(p)] if isinstance(root, list) else getattr(root, p)
+    return root
 
 
 def _set_module(root: nn.Module, path: str, module: nn.Module) -> None:
@@ -78,9 +40,10 @@ def _set_module(root: nn.Module, path: str, module: nn.Module) -> None:
         setattr(parent, parts[-1], module)
 
 
-def load(path: str | Path, dtype=None):
-    """-> (mlx-lm model, tokenizer or None when the artifact has none), trellis
-    modules decoded by TrellisLinear."""
+def load(path: str | Path, dtype=None, cache_dense: bool = False):
+    """-> (mlx-lm model, tokenizer or None when the artifact has none). Trellis
+    modules stay packed (decoded per call); `cache_dense=True` keeps each one's
+    decoded float32 weight after its first call instead."""
     from mlx_lm.utils import _get_classes, load_tokenizer
 
     path = Path(path)
@@ -100,11 +63,11 @@ def load(path: str | Path, dtype=None):
     if hasattr(model, "sanitize"):
         weights = model.sanitize(weights)
     for m, e in trellis.items():
-        if TrellisEntry.from_config(e).lead_dims(weights[f"{m}.weight"].ndim):
-            raise ValueError(f"{m}: trellis-coded stacked experts are not supported by the "
-                             "MLX runtime yet")
-        _set_module(model, m, TrellisLinear.from_entry(
-            weights[f"{m}.weight"], weights[f"{m}.scales"], e, weights.get(f"{m}.bias")))
+        w, s, b = weights[f"{m}.weight"], weights[f"{m}.scales"], weights.get(f"{m}.bias")
+        if TrellisEntry.from_config(e).lead_dims(w.ndim):
+            _set_module(model, m, TrellisSwitchLinear(w, s, e, b))
+        else:
+            _set_module(model, m, TrellisLinear.from_entry(w, s, e, b, cache_dense))
     if "bits" in affine:
         def predicate(p, m):
             if p in affine and isinstance(affine[p], dict):
@@ -116,6 +79,8 @@ def load(path: str | Path, dtype=None):
     model.load_weights(list(weights.items()), strict=True)
     if dtype is not None:
         model.set_dtype(dtype)
+        for m in trellis:  # the fp16 scales are part of the format
+            _get_module(model, m).scales = weights[f"{m}.scales"]
     model.eval()
     mx.eval(model.parameters())
     has_tokenizer = any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model"))
