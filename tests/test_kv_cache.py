@@ -27,9 +27,9 @@ def tiny_mlx(tmp_path: Path, model_type: str = "llama", **extra):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
-    cfg = AutoConfig.for_model(model_type, hidden_size=128, intermediate_size=256,
-                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                               head_dim=64, vocab_size=128, **extra)
+    sizes = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=1, head_dim=64, vocab_size=128)
+    cfg = AutoConfig.for_model(model_type, **{**sizes, **extra})
     AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "m")
     cfgd = (tmp_path / "m" / "config.json").read_text()
     if "rope_theta" not in cfgd:  # mlx-lm reads a top-level rope_theta

@@ -63,7 +63,9 @@ def artifact_config(source_config: dict, *, model_type: str | None, untied: bool
     cfg["torch_dtype"] = cfg["dtype"] = dtype
     if quantization:
         cfg["quantization"] = quantization
-        cfg["quantization_config"] = quantization
+        # transformers picks its loader by quant_method (runtime/hf_quantizer.py);
+        # mlx-lm reads `quantization`
+        cfg["quantization_config"] = {"quant_method": "tq-build", **quantization}
     return cfg
 
 

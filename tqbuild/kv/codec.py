@@ -9,8 +9,10 @@ Two modes:
   (MLX treats Python float scalars as weak), rounded after each op, quirks
   kept (a constant key group has scale 0 and decodes to NaN in fp16).
 - `production` (default): float32 arithmetic throughout, scales stored fp16,
-  and a constant key group encodes as scale 0 / zero = its value, so it
-  decodes exactly to its value instead of NaN.
+  a constant key group encodes as scale 0 / zero = its value, so it decodes
+  exactly to its value instead of NaN, and a value group's sum of squares is
+  a fixed halving tree (`tree_sum`), so any framework (kv/mlx_codec.py) can
+  reproduce it bit for bit.
 """
 
 from __future__ import annotations
@@ -91,6 +93,14 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def tree_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim (a power of two) by halving: x[:n/2] + x[n/2:], …"""
+    while x.shape[-1] > 1:
+        h = x.shape[-1] // 2
+        x = x[..., :h] + x[..., h:]
+    return x
+
+
 def encode_keys(k: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "production",
                 signed: bool | None = None, check: bool = True) -> KeyCode:
     """Keys [..., d] -> KeyCode. `signed` defaults to bits == 8 (the reference's
@@ -157,7 +167,7 @@ def encode_values(v: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "pro
     x = fwht(_t(v, work) * s)
     x = (x.float() * torch.tensor(1 / np.sqrt(d), dtype=torch.float32)).to(work)
     g = x.reshape(*x.shape[:-1], -1, G)
-    ss = (g * g).float().sum(-1, keepdim=True)
+    ss = (g * g).float().sum(-1, keepdim=True) if mode == "reference" else tree_sum(g * g)
     scale = torch.sqrt((ss / G).to(work))
     eps = torch.tensor(1e-8, dtype=work)
     xn = g / (scale + eps)

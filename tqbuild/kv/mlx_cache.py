@@ -1,7 +1,9 @@
-"""TurboQuant KV cache for mlx-lm: appended tokens are encoded (keys affine per
-32-group, values FWHT + Lloyd-Max), only the codes are kept, and every fetch
-returns keys/values decoded from them. Sliding-window layers keep mlx-lm's own
-bf16 rotating cache (with a warning). Prompt caches are saved and restored in
+"""TurboQuant KV cache for mlx-lm: appended tokens are encoded on the device by
+MLX ops (kv/mlx_codec.py: keys affine per 32-group, values FWHT + Lloyd-Max),
+only the codes are kept — in buffers grown in steps of `step` tokens, as
+mlx-lm's KVCache grows its own — and every fetch returns keys/values decoded
+from them, with no host copy. Sliding-window layers keep mlx-lm's own bf16
+rotating cache (with a warning). Prompt caches are saved and restored in
 mlx-lm's file format through this module's functions (stock
 `load_prompt_cache` only knows mlx-lm's classes)."""
 
@@ -15,7 +17,8 @@ import numpy as np
 import torch
 from mlx_lm.models import cache as mlx_cache
 
-from . import codec
+from ..errors import BadInput
+from . import codec, mlx_codec
 
 SCHEME = re.compile(r"k(\d)v(\d)$")
 
@@ -28,8 +31,11 @@ def parse_scheme(scheme: str) -> tuple[int, int]:
 
 
 class TurboQuantKVCache(mlx_cache._BaseCache):
-    """Codes per layer, [B, H, T, ·] mx arrays: packed keys (int8 indices at 8
-    bits), key scales/zeros (fp16), packed values, value scales (fp16)."""
+    """Codes per layer, [B, H, capacity, ·] mx arrays: packed keys (int8 indices
+    at 8 bits), key scales/zeros (fp16), packed values, value scales (fp16);
+    positions [offset, capacity) are unused room."""
+
+    step = 256
 
     def __init__(self, key_bits: int = 8, value_bits: int = 3, deferred_fwht: bool = False):
         self.key_bits, self.value_bits = key_bits, value_bits
@@ -38,35 +44,39 @@ class TurboQuantKVCache(mlx_cache._BaseCache):
         self.deferred_fwht = deferred_fwht
         self.codes: list[mx.array] | None = None
         self.offset = 0
-        self.head_dim = 0
+        self.head_dim = 0  # keys'
+        self.value_dim = 0
 
     # -- mlx-lm cache protocol -------------------------------------------------
     def update_and_fetch(self, keys: mx.array, values: mx.array):
-        dtype = keys.dtype
-        k = np.array(keys.astype(mx.float32))
-        v = np.array(values.astype(mx.float32))
-        self.head_dim = k.shape[-1]
-        kc = codec.encode_keys(k, self.key_bits, torch.float16)
-        vc = codec.encode_values(v, self.value_bits, torch.float16)
-        new = [mx.array(a) for a in (kc.packed, kc.scales, kc.zeros, vc.packed, vc.scales)]
+        dk, dv = keys.shape[-1], values.shape[-1]
         if self.codes is None:
-            self.codes = new
-        else:
-            self.codes = [mx.concatenate([a[..., : self.offset, :], b], axis=2)
-                          for a, b in zip(self.codes, new, strict=True)]
-        self.offset += k.shape[2]
-        dk, dv = self.decoded()
-        return mx.array(dk).astype(dtype), mx.array(dv).astype(dtype)
+            mlx_codec.check(dk, dv)
+            self.head_dim, self.value_dim = dk, dv
+        elif (dk, dv) != (self.head_dim, self.value_dim):
+            raise BadInput(f"head_dim changed from {self.head_dim}/{self.value_dim} to "
+                           f"{dk}/{dv} within one cache", fix="use one cache per layer")
+        new = [*mlx_codec.encode_keys(keys, self.key_bits),
+               *mlx_codec.encode_values(values, self.value_bits)]
+        prev, n = self.offset, keys.shape[2]
+        if self.codes is None or prev + n > self.codes[0].shape[2]:
+            grow = (self.step + n - 1) // self.step * self.step
+            room = [mx.zeros((*a.shape[:2], grow, a.shape[3]), a.dtype) for a in new]
+            self.codes = room if self.codes is None else [
+                mx.concatenate([a[..., :prev, :], r], axis=2)
+                for a, r in zip(self.codes, room, strict=True)]
+        for a, b in zip(self.codes, new, strict=True):
+            a[..., prev: prev + n, :] = b
+        self.offset += n
+        k, v = self.decoded()
+        return k.astype(keys.dtype), v.astype(values.dtype)
 
-    def decoded(self) -> tuple[np.ndarray, np.ndarray]:
-        kp, ks, kz, vp, vs = (np.array(a[..., : self.offset, :]) for a in self.codes)
-        d = self.head_dim
-        kidx = kp if self.key_bits == 8 else codec.unpack_bits(kp, self.key_bits, d)
-        keys = codec.decode_keys(codec.KeyCode(kidx, ks, kz, kp, self.key_bits))
-        vidx = codec.unpack_bits(vp, self.value_bits, d)
-        vcode = codec.ValueCode(vidx, vs, vp, self.value_bits)
-        values = (codec.decode_values_rotated(vcode) if self.deferred_fwht
-                  else codec.decode_values(vcode))
+    def decoded(self) -> tuple[mx.array, mx.array]:
+        """float32 keys and values of positions [0, offset), decoded on the device."""
+        kp, ks, kz, vp, vs = (a[..., : self.offset, :] for a in self.codes)
+        keys = mlx_codec.decode_keys(kp, ks, kz, self.key_bits, self.head_dim)
+        values = mlx_codec.decode_values(vp, vs, self.value_bits, self.value_dim,
+                                         rotated=self.deferred_fwht)
         return keys, values
 
     def size(self) -> int:
@@ -81,8 +91,6 @@ class TurboQuantKVCache(mlx_cache._BaseCache):
     def trim(self, n: int) -> int:
         n = min(self.offset, n)
         self.offset -= n
-        if self.codes is not None:
-            self.codes = [a[..., : self.offset, :] for a in self.codes]
         return n
 
     def make_mask(self, *args, **kwargs):
@@ -90,24 +98,29 @@ class TurboQuantKVCache(mlx_cache._BaseCache):
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the codes of the cached tokens (the room grown ahead excluded)."""
         return 0 if self.codes is None else sum(a[..., : self.offset, :].nbytes
                                                 for a in self.codes)
 
     @property
     def state(self):
-        """The five code arrays, then the scalars mlx-lm's prompt-cache writer
-        stores as such: key_bits, value_bits, offset, head_dim, deferred."""
+        """The five code arrays up to offset, then the scalars mlx-lm's prompt-cache
+        writer stores as such: key_bits, value_bits, offset, head_dim, deferred,
+        value_dim."""
         meta = [self.key_bits, self.value_bits, self.offset, self.head_dim,
-                int(self.deferred_fwht)]
-        return [*(self.codes or []), *meta]
+                int(self.deferred_fwht), self.value_dim]
+        arrays = [] if self.codes is None else [a[..., : self.offset, :] for a in self.codes]
+        return [*arrays, *meta]
 
     @state.setter
     def state(self, v):
         v = list(v)
-        arrays, meta = v[:-5], v[-5:]
+        n_meta = 6 if len(v) in (6, 11) else 5  # files written before value_dim: 5
+        arrays, meta = v[:-n_meta], v[-n_meta:]
         self.codes = arrays or None
         self.key_bits, self.value_bits, self.offset, self.head_dim = map(int, meta[:4])
         self.deferred_fwht = bool(int(meta[4]))
+        self.value_dim = int(meta[5]) if n_meta == 6 else self.head_dim
 
 
 def fold_inverse_fwht(model, head_dim: int) -> None:
@@ -131,6 +144,16 @@ def fold_inverse_fwht(model, head_dim: int) -> None:
         o.weight = (blocks @ m).reshape(w.shape).astype(w.dtype)
 
 
+def attention_head_dim(model) -> int:
+    """The head_dim of the model's attention layers (mlx-lm model or its args)."""
+    for layer in getattr(model, "layers", []):
+        attn = getattr(layer, "self_attn", None)
+        if getattr(attn, "head_dim", None):
+            return int(attn.head_dim)
+    args = model.args
+    return int(getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads)
+
+
 def make_cache(model, scheme: str = "k8v3", deferred_fwht: bool = False) -> list:
     """One cache per layer: TurboQuant where the layer keeps full attention,
     mlx-lm's own cache (bf16) for sliding-window and non-attention layers.
@@ -141,9 +164,9 @@ def make_cache(model, scheme: str = "k8v3", deferred_fwht: bool = False) -> list
         if any(type(c) is not mlx_cache.KVCache for c in base):
             raise ValueError("the deferred inverse FWHT needs every layer on a TurboQuant "
                              "cache (this model has sliding-window or recurrent layers)")
-        fold_inverse_fwht(model, model.layers[0].self_attn.head_dim
-                          if hasattr(model.layers[0].self_attn, "head_dim")
-                          else model.args.head_dim)
+        fold_inverse_fwht(model, attention_head_dim(model))
+    if any(type(c) is mlx_cache.KVCache for c in base):
+        codec.check_head_dim(attention_head_dim(model))  # before any token is generated
     out, kept = [], 0
     for c in base:
         if type(c) is mlx_cache.KVCache:
