@@ -30,6 +30,10 @@ def affine_values(words, scales, biases, bits: int, group_size: int) -> torch.Te
 
 
 class _Packed(nn.Module):
+    weight: torch.Tensor  # buffers
+    scales: torch.Tensor
+    biases: torch.Tensor
+
     def __init__(self, weight: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
                  bits: int, group_size: int):
         super().__init__()

@@ -143,7 +143,8 @@ def resident_bytes(model: nn.Module) -> dict[str, int]:
     packed = {name: m for name, m in model.named_modules()
               if isinstance(m, TrellisLinear | TrellisSwitchLinear)}
     out = {"trellis": 0, "dense_cache": 0, "other": 0}
-    for name, v in tree_flatten(model.parameters()):
+    flat: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    for name, v in flat:
         out["trellis" if name.rpartition(".")[0] in packed else "other"] += v.nbytes
     for m in packed.values():
         dense = getattr(m, "_dense", None)
