@@ -107,3 +107,12 @@ def test_trellis_artifact_loads_in_mlx_lm_and_generates(tmp_path, tiny_source):
     toks = [int(t) for t, _ in steps]
     assert len(toks) == 4 and toks[0] == int(np.argmax(np.array(model(mx.array([[5, 6, 7]]))
                                                                   [0, -1])))
+
+
+@pytest.mark.parametrize("code", ["1mad", "3inst"])
+def test_code_values_equal_the_table_on_every_state(code):
+    from tqbuild.kernels.trellis_codes import code_table
+    from tqbuild.runtime.mlx_trellis import code_values
+
+    states = mx.arange(1 << 16, dtype=mx.uint32)
+    assert np.array_equal(np.array(code_values(code, 16, states)), code_table(code, 16))
