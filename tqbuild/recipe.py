@@ -321,6 +321,8 @@ class Recipe(Frozen):
     workdir: str = ".tq-work"
     card: CardParams = CardParams()
     stages: tuple[Stage, ...]
+    # seed findings accepted knowingly (pipeline/seed_findings.py)
+    allow: tuple[str, ...] = ()
     file: str
     text: str
     lines: dict[str, int]
@@ -369,7 +371,7 @@ def line_lookup(file: str, lines: dict[str, int], path: tuple) -> str:
     return file
 
 
-TOP_KEYS = {"name", "source", "output", "workdir", "stages", "calibration", "card"}
+TOP_KEYS = {"name", "source", "output", "workdir", "stages", "calibration", "card", "allow"}
 
 
 def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
@@ -466,7 +468,7 @@ def _expected(model: type[BaseModel], loc: tuple) -> str:
     try:
         fields = _fields_at(model, tuple(p for p in loc[:-1]))
         f = fields[loc[-1]]
-    except (KeyError, AttributeError, TypeError):
+    except (KeyError, AttributeError, TypeError, IndexError):
         return ""
     ann = f.annotation
     options = [a for a in get_args(ann) if a is not type(None)]
@@ -585,8 +587,13 @@ def load(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recip
                     "with `file: GLOB`")
     stages = _parse_stages(data["stages"], where_of, data.get("calibration"))
     card = _validate(CardParams, data.get("card") or {}, ("card",), where_of)
+    allow = data.get("allow") or []
+    if not (isinstance(allow, list) and all(isinstance(a, str) for a in allow)):
+        raise _fail(where_of("allow"), f"allow must be a list of finding names (got "
+                    f"{_short(allow)})", "write e.g. `allow: [group-size-128]`")
     return Recipe(name=data["name"], source=source, output=data["output"],
-                  workdir=data.get("workdir", ".tq-work"), card=card, stages=stages, file=file,
+                  workdir=data.get("workdir", ".tq-work"), card=card, stages=stages,
+                  allow=tuple(allow), file=file,
                   text=text, lines=lines, overrides=tuple(overrides))
 
 

@@ -48,8 +48,12 @@ def prepare(recipe_path: Path | str, workdir: Path | None = None, overrides=(),
                     "`output:` or --output)")
     src_dir, gguf = resolve_source(recipe, root / "cache", log=log)
     source = Source(src_dir, trust_remote_code=recipe.source.trust_remote_code)
-    return Prepared(recipe, compile_plan(recipe, source, allocate=allocate), source, gguf, out,
-                    Path(workdir or recipe.workdir))
+    plan = compile_plan(recipe, source, allocate=allocate)
+    for f in plan.seed_findings:
+        if f["action"] == "warned":
+            log(f"warning: {f['name']}: {f['reason']}; fix: {f['fix']} (or `allow: "
+                f"[{f['name']}]` to silence this)")
+    return Prepared(recipe, plan, source, gguf, out, Path(workdir or recipe.workdir))
 
 
 def run(prepared: Prepared, options: BuildOptions = BuildOptions(), *, log=print,

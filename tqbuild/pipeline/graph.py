@@ -19,6 +19,7 @@ from ..models import family_for
 from ..models.base import Family
 from ..recipe import KMap, QuantizeParams, QuantSpec, Recipe, RotateParams
 from ..stages.untie import is_tied, lm_head_source
+from . import seed_findings
 from .allocate import allocate, load_table
 
 
@@ -49,6 +50,7 @@ class Plan:
     dropped: list[str] = field(default_factory=list)
     allocations: list[dict] = field(default_factory=list)  # trellis k maps chosen
     kmap_files: list = field(default_factory=list)  # the sensitivity tables they read
+    seed_findings: list[dict] = field(default_factory=list)  # allowed / warned (seed_findings)
 
     @property
     def stage_names(self) -> list[str]:
@@ -102,6 +104,7 @@ def compile_plan(recipe: Recipe, source: Source, allocate: bool = True) -> Plan:
     _check_stages(plan)
     _make_units(plan, keys)
     _plan_tensors(plan, source)
+    plan.seed_findings = seed_findings.check(plan)
     if allocate:
         allocate_bits(plan)
     return plan

@@ -46,7 +46,7 @@ def weight_transforms(plan) -> list[dict]:
 def build_metadata(plan, *, source_hashes: dict, gguf: dict | None, modules: dict,
                    calibration: dict | None = None, guard_events: list | None = None) -> dict:
     r = plan.recipe
-    return {
+    meta = {
         "format_version": FORMAT_VERSION,
         "tool": {"name": "tq-build", "version": __version__},
         "recipe": {"name": r.name, "file": Path(r.file).name, "sha256": r.hash, "text": r.text,
@@ -61,3 +61,6 @@ def build_metadata(plan, *, source_hashes: dict, gguf: dict | None, modules: dic
         "bit_allocation": plan.allocations,
         "quality": {},
     }
+    if plan.seed_findings:  # the seed's measured losers this build allowed or was warned of
+        meta["seed_findings"] = plan.seed_findings
+    return meta
