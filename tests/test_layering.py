@@ -17,9 +17,9 @@ LAYERS: list[tuple[str, ...]] = [
      "tqbuild.kernels", "tqbuild.models"),
     ("tqbuild.formats", "tqbuild.inspect_artifact"),
     ("tqbuild.recipe", "tqbuild.io"),
-    ("tqbuild.stages", "tqbuild.kv", "tqbuild.runtime"),
+    ("tqbuild.stages", "tqbuild.kv", "tqbuild.runtime", "tqbuild.eval"),
     ("tqbuild.pipeline",),
-    ("tqbuild.verify", "tqbuild.eval"),
+    ("tqbuild.verify", "tqbuild.eval.sensitivity"),
     ("tqbuild.upload", "tqbuild.cli", "tqbuild.__main__"),
 ]
 

@@ -117,3 +117,19 @@ def make_qwen3_5_vl_with_mtp(path: Path, seed: int = 0) -> Path:
     state.update({k: v.to(torch.bfloat16) for k, v in mtp.items()})
     save_file(state, str(f), metadata={"format": "pt"})
     return path
+
+
+def save_char_tokenizer(d: Path, vocab_size: int = VOCAB) -> Path:
+    """A character-level tokenizer of `vocab_size` entries (<unk>, <eos>, then
+    common characters) with a plain chat template, saved into `d`."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list(" etaoinshrdlucmfwypvbgkqjxzETAOINSHRDLUCMFWYPVBGK.,:;()'\"-\n0123456789")
+    vocab = {t: i for i, t in enumerate(["<unk>", "<eos>", *chars[: vocab_size - 2]])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<eos>")
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    tok.save_pretrained(d)
+    return d

@@ -277,6 +277,27 @@ def parse_size(v: str | int) -> int:
     return int(float(m.group(1)) * mult)
 
 
+class GateParams(Frozen):
+    """Quality gates: a build whose evaluation fails one exits 3 and records it."""
+
+    max_kl: float | None = Field(None, gt=0, description="mean KL(source ‖ artifact), "
+                                 "averaged over the texts")
+    max_ppl_ratio: float | None = Field(None, gt=0, description="artifact / source perplexity, "
+                                        "averaged over the texts")
+    eos_probe_failures: int | None = Field(None, ge=0, description="most probe prompts "
+                                           "answered with an immediate EOS or nothing")
+
+
+class EvaluateParams(Frozen):
+    texts: tuple[str, ...] = Field((), description="held-out text files (default: the "
+                                   "bundled data/eval/python-stdlib-docstrings.txt)")
+    tokens: int = Field(4096, ge=16, description="tokens of each text")
+    window: int = Field(512, ge=8, description="evaluation window (tokens)")
+    probe: bool = Field(True, description="run the EOS probe (needs a tokenizer with a chat "
+                        "template)")
+    gate: GateParams = GateParams()
+
+
 # Stage name -> params model, in the only order stages may run.
 STAGES: dict[str, type[Frozen]] = {
     "untie": NoParams,
@@ -285,6 +306,7 @@ STAGES: dict[str, type[Frozen]] = {
     "calibrate": CalibrateParams,
     "quantize": QuantizeParams,
     "write": WriteParams,
+    "evaluate": EvaluateParams,
 }
 ORDER = list(STAGES)
 WHY_ORDER = {
@@ -295,7 +317,8 @@ WHY_ORDER = {
     "calibrate": "Hessians are captured in the folded (rotated) basis: calibrate comes after "
     "every fold and before quantize",
     "quantize": "quantize works on the folded weights, after every fold",
-    "write": "write is the last stage",
+    "write": "write comes after every stage that changes weights",
+    "evaluate": "evaluate reads the written artifact",
 }
 
 
@@ -349,6 +372,10 @@ class Recipe(Frozen):
     @property
     def quantize(self) -> QuantizeParams | None:
         return self.stage("quantize")
+
+    @property
+    def evaluate(self) -> EvaluateParams | None:
+        return self.stage("evaluate")
 
     @property
     def write(self) -> WriteParams:
@@ -656,8 +683,9 @@ def _parse_stages(raw: Any, where_of, calibration: Any = None) -> tuple[Stage, .
                     "no `calibrate` stage captures them",
                     "add `- calibrate` (default: 128 self-generated samples of 128 tokens) "
                     "before `- quantize`, or use method rtn")
-    if out[-1].name != "write":
-        out.append(Stage(name="write", params=WriteParams(), line=out[-1].line))
+    if "write" not in [s.name for s in out]:
+        at = len(out) - (out[-1].name == "evaluate")
+        out.insert(at, Stage(name="write", params=WriteParams(), line=out[at - 1].line))
     return tuple(out)
 
 

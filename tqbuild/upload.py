@@ -21,6 +21,13 @@ def upload(artifact: Path, repo_id: str, *, private: bool, dry_run: bool, lock: 
     artifact = Path(artifact)
     if "/" not in repo_id or repo_id.count("/") != 1:
         raise BadInput(f"repository id {repo_id!r} is not org/name", fix="e.g. me/smollm2-q4")
+    meta_file = artifact / "optiq_metadata.json"
+    gate = (json.loads(meta_file.read_text()).get("quality") or {}).get("gate") \
+        if meta_file.is_file() else None
+    if gate and gate.get("passed") is False:
+        raise VerificationFailed(f"refusing to upload {artifact}: its recorded quality gate "
+                                 f"failed ({'; '.join(gate['failures'])})",
+                                 fix="rebuild with a recipe whose `evaluate` gates pass")
     problems = verify_artifact(artifact)
     locked = lock.is_file() and entry_for_artifact(read_lock(lock), artifact, lock.parent)
     if locked:

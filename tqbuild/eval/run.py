@@ -13,6 +13,7 @@ import torch
 
 from ..errors import BadInput
 from ..inspect_artifact import inspect
+from ..io.atomic import write_json
 from ..io.gguf_import import import_gguf
 from ..io.resolve import resolve_source as from_recipe
 from ..io.source import Source
@@ -41,20 +42,24 @@ def resolve_source(src: Path, workdir: Path) -> Path:
 
 
 def teacher_dump(source_dir: Path, ids: torch.Tensor, k: int, window: int, cache: Path,
-                 device: str = "cpu") -> TeacherDump:
+                 device: str = "cpu") -> tuple[TeacherDump, float]:
+    """(the source's top-k dump, the source's perplexity), cached by content."""
     from transformers import AutoModelForCausalLM
 
     key = dump_key(Source(source_dir).file_hashes(), ids, k, window)
     f = cache / "teacher" / f"{key}.safetensors"
-    if f.is_file():
-        return TeacherDump.load(f)
+    ppl_file = f.with_suffix(".ppl.json")  # the source's perplexity on the same tokens
+    if f.is_file() and ppl_file.is_file():
+        return TeacherDump.load(f), float(json.loads(ppl_file.read_text())["perplexity"])
     model = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32)
     model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs: .to(str) exists
     logits = forward_logits(model.eval(), ids.to(device), window).cpu()
     dump = make_dump(logits, ids, k, window)
     f.parent.mkdir(parents=True, exist_ok=True)
     dump.save(f)
-    return dump
+    ppl = perplexity(logits, ids, window)
+    write_json(ppl_file, {"perplexity": ppl})
+    return dump, ppl
 
 
 def eos_probe(model, tok, device: str = "cpu", new_tokens: int = 24) -> dict:
@@ -93,7 +98,7 @@ def evaluate(artifact: Path, source: Path, *, text: Path | None = None, tokens: 
         raise BadInput(f"held-out text {text} does not exist", fix="pass --text FILE")
     tok = AutoTokenizer.from_pretrained(src)
     ids = torch.tensor(tok(text.read_text())["input_ids"][:tokens])
-    dump = teacher_dump(src, ids, top_k, window, workdir / "cache", device)
+    dump, source_ppl = teacher_dump(src, ids, top_k, window, workdir / "cache", device)
     model = load_torch(artifact).to(device)
     logits = forward_logits(model, ids.to(device), window).cpu()
     kl = kl_vs_dump(dump, logits)
@@ -102,7 +107,8 @@ def evaluate(artifact: Path, source: Path, *, text: Path | None = None, tokens: 
            "bits_per_weight": info["bits_per_weight"],
            "artifact_mib": round(info["total_bytes"] / 2**20, 2),
            "text": text.name, "tokens": int(ids.numel()), "window": window, "top_k": dump.k,
-           "perplexity": perplexity(logits, ids, window), "mean_kl": kl.mean_kl,
+           "perplexity": perplexity(logits, ids, window), "source_perplexity": source_ppl,
+           "mean_kl": kl.mean_kl,
            "mean_kl_upper": kl.mean_kl_upper, "teacher_tail_mass": kl.tail_mass,
            "top1_agreement": kl.top1_agreement, "device": device}
     if probe:

@@ -17,6 +17,7 @@ from ..io.resolve import resolve_source
 from ..io.source import Source
 from ..recipe import Recipe, load
 from .distributed import Dist
+from .evaluate import texts_of
 from .executor import BuildOptions, BuildResult, build
 from .graph import Plan, compile_plan
 from .lock import check_entry, make_entry, read_lock, rel, update_lock
@@ -49,6 +50,8 @@ def prepare(recipe_path: Path | str, workdir: Path | None = None, overrides=(),
     src_dir, gguf = resolve_source(recipe, root / "cache", log=log)
     source = Source(src_dir, trust_remote_code=recipe.source.trust_remote_code)
     plan = compile_plan(recipe, source, allocate=allocate)
+    if recipe.evaluate is not None:  # a missing text fails now, not after the build
+        texts_of(recipe.evaluate, recipe.line_of("stages"))
     for f in plan.seed_findings:
         if f["action"] == "warned":
             log(f"warning: {f['name']}: {f['reason']}; fix: {f['fix']} (or `allow: "

@@ -69,8 +69,7 @@ def render_card(plan, meta: dict, bpw: float | None, device: str) -> str:
               f"‖W − Ŵ‖/‖W‖: mean {sum(errs) / max(len(errs), 1):.4f}, "
               f"max {max(errs, default=0):.4f} over {len(errs)} module(s); "
               f"{len(meta.get('guard_events') or [])} guard event(s)."]
-    for k, v in sorted((meta.get("quality") or {}).items()):
-        lines.append(f"- {k}: {v}")
+    lines += quality_lines(meta.get("quality"))
     lines += ["", "## Caveats", "",
               "- Mean KL and perplexity are screens, not verdicts: a low-KL quant can still "
               "stop answering (emit EOS at once) on raw prompts; check generations.",
@@ -89,3 +88,27 @@ def render_card(plan, meta: dict, bpw: float | None, device: str) -> str:
                      "dropped (deviation `mtp-final-gamma-dropped`), so speculative decoding "
                      "with it is not claimed lossless.")
     return "\n".join(lines) + "\n"
+
+
+def quality_lines(q: dict | None) -> list[str]:
+    """The `evaluate` stage's record: per text, the average, the probe, the gate."""
+    if not q:
+        return []
+    out = ["", f"Quality against the source (the recipe's `evaluate` stage, {q['device']}, "
+           f"windows of {q['window']} tokens):", "",
+           "| text | tokens | ppl | source ppl | mean KL | top-1 |", "|---|---|---|---|---|---|"]
+    for r in q["texts"]:
+        out.append(f"| {r['text']} | {r['tokens']} | {r['perplexity']:.3f} | "
+                   f"{r['source_perplexity']:.3f} | {r['mean_kl']:.4f} | "
+                   f"{100 * r['top1_agreement']:.1f} % |")
+    out += ["", f"Average over {len(q['texts'])} text(s): mean KL {q['mean_kl']:.4f}, "
+            f"perplexity ratio {q['ppl_ratio']:.4f}, top-1 {100 * q['top1_agreement']:.1f} %."]
+    if q.get("eos_probe"):
+        e = q["eos_probe"]
+        out.append(f"EOS probe: {e['immediate_eos']} immediate EOS and {e['empty']} empty "
+                   f"answers of {e['prompts']} prompts.")
+    g = q.get("gate") or {}
+    if len(g) > 2:  # gates were set
+        out.append("Gates: " + ("passed" if g["passed"] else "FAILED — " +
+                                "; ".join(g["failures"])) + ".")
+    return out

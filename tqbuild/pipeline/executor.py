@@ -46,6 +46,7 @@ from .activations import ActivationStream
 from .build_report import write_report
 from .card import render_card
 from .distributed import Dist
+from .evaluate import raise_if_failed, run_evaluation
 from .folds import fold_unit
 from .graph import Plan, Unit, estimate_sizes
 from .metadata import build_metadata
@@ -438,8 +439,9 @@ def build(plan: Plan, source: Source, output: Path, options: BuildOptions = Buil
             return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=[],
                                modules={}, computed=computed)
         device = "cuda" if str(options.device).startswith("cuda") else "cpu"
-        shards, modules = assemble(plan, source, wd, fps, output, gguf, builder.calibration(),
-                                   builder.source_hashes, device)
+        shards, modules, quality = assemble(plan, source, wd, fps, output, gguf,
+                                            builder.calibration(), builder.source_hashes,
+                                            device)
         builder.events("build_end", recipe=recipe.name, computed=len(computed),
                        seconds=round(time.perf_counter() - t0, 3))
         write_report(wd.path, recipe.name, time.perf_counter() - t0, computed, stats, modules,
@@ -452,16 +454,18 @@ def build(plan: Plan, source: Source, output: Path, options: BuildOptions = Buil
         raise
     finally:
         wd.unlock()
+    raise_if_failed(quality, output)  # written, the failure recorded: exit 3
     return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=shards,
                        modules=modules, computed=computed)
 
 
 def assemble(plan: Plan, source: Source, wd: WorkDir, fps: dict[str, str], output: Path,
              gguf: Path | None, calibration: dict | None, source_hashes: dict, device: str
-             ) -> tuple[list[str], dict]:
-    """Checkpoints -> shards + config + metadata in a temp dir, renamed into place.
-    `calibration`: the metadata's calibration record (None without calibration);
-    `device`: where the numbers in the model card were measured (cpu | cuda)."""
+             ) -> tuple[list[str], dict, dict | None]:
+    """Checkpoints -> shards + config + metadata in a temp dir, evaluated when the
+    recipe has an `evaluate` stage, renamed into place. -> (shards, module records,
+    the quality record or None). `calibration`: the metadata's calibration record
+    (None without calibration); `device`: where the card's numbers were measured."""
     write = plan.recipe.write
     tmp = _temp_dir(output)
     try:
@@ -499,6 +503,12 @@ def assemble(plan: Plan, source: Source, wd: WorkDir, fps: dict[str, str], outpu
         meta = build_metadata(plan, source_hashes=source_hashes, gguf=gguf_info,
                               modules=modules, calibration=calibration, guard_events=events)
         write_json(tmp / "optiq_metadata.json", meta)
+        quality = None
+        if plan.recipe.evaluate is not None:
+            quality = run_evaluation(plan.recipe.evaluate, tmp, source.path, wd.path.parent,
+                                     device, plan.recipe.line_of("stages"))
+            meta["quality"] = quality
+            write_json(tmp / "optiq_metadata.json", meta)
         bpw = inspect(tmp)["bits_per_weight"]
         (tmp / "README.md").write_text(render_card(plan, meta, bpw, device))
         for f in tmp.rglob("*"):
@@ -507,4 +517,4 @@ def assemble(plan: Plan, source: Source, wd: WorkDir, fps: dict[str, str], outpu
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return shards, modules
+    return shards, modules, quality
