@@ -741,8 +741,9 @@ def recipe_reference_markdown() -> str:
 
     out = ["# Recipe reference", "",
            "Generated from tq-build's typed recipe models (`tq-build schema --markdown`).",
-           "Top level: `name`, `source`, `output`, `workdir`, `calibration`, `stages` (a list "
-           f"of stage names or one-key mappings, in the order {' → '.join(ORDER)}).", ""]
+           "Top level: `name`, `source`, `output`, `workdir`, `calibration`, `allow` (seed "
+           "findings accepted), `stages` (a list of stage names "
+           f"or one-key mappings, in the order {' → '.join(ORDER)}).", ""]
     out += table("source", SourceSpec)
     out += table("calibration (stage `calibrate`)", CalibrateParams)
     out += table("calibration.source", CalibSource)
@@ -754,5 +755,7 @@ def recipe_reference_markdown() -> str:
     out += table("a trellis spec's `trellis:`", TrellisParams)
     out += table("`bits: {kmap, budget}` (trellis mixed k)", KMap)
     out += table("stage `write`", WriteParams)
+    out += table("stage `evaluate`", EvaluateParams)
+    out += table("evaluate.gate", GateParams)
     out += table("card (the artifact's README.md)", CardParams)
     return "\n".join(out)
