@@ -4,7 +4,8 @@ the source (float32 and bf16) and mlx-lm's own 4-bit g64 conversion.
 
 Each configuration runs in its own process (RSS is per process): load, one
 forward, then 64 greedy tokens after a 32-token prompt (activations float32:
-MLX's CPU backend is slow at bf16). Reported: the model's parameter bytes
+MLX's CPU backend is slow at bf16; OpenBLAS preloaded where
+present). Reported: the model's parameter bytes
 (`resident_bytes`: trellis words+scales, dense caches, everything else), the
 artifact's trellis payload, VmRSS after load, peak RSS, decode tokens/s.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,11 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 
 
-def rss_mib() -> float:
+def status_mib(field: str = "VmRSS") -> float:
+    """/proc/self/status VmRSS (now) or VmHWM (this process's peak; unlike
+    ru_maxrss it does not carry the parent's peak across fork + exec)."""
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -55,7 +59,7 @@ def one(kind: str, path: Path, out: Path) -> None:
 
     from tqbuild.runtime.mlx import load, resident_bytes
 
-    base = rss_mib()
+    base = status_mib()
     if kind.startswith("source") or kind == "mlx-lm-4bit":
         from mlx_lm import load as mlx_load
 
@@ -63,12 +67,12 @@ def one(kind: str, path: Path, out: Path) -> None:
         if kind == "source-bf16":
             model.set_dtype(mx.bfloat16)
     else:
-        model, tok = load(path, cache_dense=kind.endswith("dense"))
+        model, tok = load(path, dtype=mx.float32, cache_dense=kind.endswith("dense"))
     mx.eval(model.parameters())
     ids = np.array(tok.encode((ROOT / "data/eval/python-stdlib-docstrings.txt").read_text()
                               )[:32], dtype=np.int32)
     mx.eval(model(mx.array(ids)[None].astype(mx.int32)))  # dense caches fill here
-    after_load = rss_mib()
+    after_load = status_mib()
     res = resident_bytes(model)
     times, toks = [], []
     t0 = time.perf_counter()
@@ -77,7 +81,7 @@ def one(kind: str, path: Path, out: Path) -> None:
         times.append(t1 - t0)
         toks.append(int(tk))
         t0 = t1
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = status_mib("VmHWM")
     out.write_text(json.dumps({
         "kind": kind, "artifact": str(path), "params_mib": {k: v / 2**20 for k, v in res.items()},
         "rss_before_load_mib": base, "rss_after_load_mib": after_load, "peak_rss_mib": peak,
@@ -85,6 +89,11 @@ def one(kind: str, path: Path, out: Path) -> None:
 
 
 def main() -> None:
+    if sys.platform == "linux" and os.path.exists(OPENBLAS) and \
+            "openblas" not in os.environ.get("LD_PRELOAD", ""):
+        # MLX's CPU build ships a reference BLAS (~3 GFLOP/s): rerun with OpenBLAS
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  dict(os.environ, LD_PRELOAD=OPENBLAS))
     ap = argparse.ArgumentParser()
     ap.add_argument("--artifacts", nargs="+", type=Path,
                     default=[ROOT / "out/smollm2-trellis-k3", ROOT / "out/smollm2-q35"])
@@ -96,6 +105,7 @@ def main() -> None:
         return
     from hostinfo import host
     from kv_cache import smollm2_dir
+
 
     src = smollm2_dir()
     tmp = Path(tempfile.mkdtemp())
@@ -121,8 +131,10 @@ def main() -> None:
               f"peak {r['peak_rss_mib']:7.1f}  {r['decode_tok_per_s']:6.1f} tok/s", flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"host": host(), "model": "SmolLM2-135M-Instruct",
-                                 "protocol": "mlx-lm; own process per row; 32-token prompt, "
-                                             "64 greedy tokens, float32 activations",
+                                 "protocol": "mlx-lm; own process per row (OpenBLAS preloaded); "
+                                             "32-token prompt, 64 greedy tokens, float32 "
+                                             "activations (source-bf16: bf16)",
+                                 "ld_preload": os.environ.get("LD_PRELOAD"),
                                  "rows": rows}, indent=1) + "\n")
 
 

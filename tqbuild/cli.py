@@ -334,7 +334,17 @@ EvalSource = Annotated[Path, typer.Option("--source", help="The source: model di
 @app.command("eval")
 def eval_cmd(
     artifact: Annotated[Path, typer.Argument(help="An artifact directory.")],
-    source: EvalSource,
+    source: Annotated[Path | None, typer.Option(
+        "--source", help="The source: model dir, .gguf or the recipe that built the "
+        "artifact (KL / perplexity mode).")] = None,
+    tasks: Annotated[str | None, typer.Option(
+        help="lm-evaluation-harness tasks, comma-separated (task mode: accuracy through "
+        "lm-eval's HF backend on the tq-build runtime).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Task mode: items per task.")] = None,
+    num_fewshot: Annotated[int | None, typer.Option(help="Task mode: few-shot examples.")
+                           ] = None,
+    include_path: Annotated[Path | None, typer.Option(
+        help="Task mode: a directory of your own task YAMLs.")] = None,
     text: Annotated[Path | None, typer.Option(help="Held-out text (default: the "
                                               "repository's python-stdlib docstrings).")] = None,
     tokens: Annotated[int, typer.Option(help="Tokens of held-out text.")] = 4096,
@@ -347,9 +357,25 @@ def eval_cmd(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result "
                                                   "here.")] = None,
 ) -> None:
-    """Perplexity, mean KL vs a cached teacher dump, top-1 and the EOS probe."""
+    """Perplexity, mean KL vs a cached teacher dump, top-1 and the EOS probe
+    (--source); or task accuracy through lm-evaluation-harness (--tasks)."""
     import json
 
+    if tasks:
+        try:
+            from .eval.lm_eval_adapter import run_tasks
+        except ImportError:
+            raise BadInput("lm-evaluation-harness is not installed",
+                           fix="pip install lm-eval") from None
+        res = run_tasks(artifact, [t for t in tasks.split(",") if t], device=device,
+                        limit=limit, include_path=include_path, num_fewshot=num_fewshot)
+        if json_out:
+            write_json(json_out, res)
+        typer.echo(json.dumps(res, indent=1))
+        return
+    if source is None:
+        raise BadInput("tq-build eval needs --source (KL / perplexity) or --tasks",
+                       fix="e.g. tq-build eval out/x --source recipes/x.yaml")
     r = evaluate(artifact, source, text=text, tokens=tokens, top_k=top_k, device=device,
                  workdir=workdir, probe=probe)
     if json_out:
