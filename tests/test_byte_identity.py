@@ -1,7 +1,9 @@
 """Refactors must not change what a build writes: four tiny artifacts (trellis
 LDLQ, affine GPTQ, MLX microscaling, a Qwen3.5 vision-language checkpoint with
 an MTP head) are rebuilt and every file's sha256 compared with the values
-recorded before the architecture change of issue 20 (at 1622227). Paths in
+recorded before the architecture change of issue 20 (at 1622227); re-recorded
+once since, when config.json's quantization_config gained `quant_method:
+tq-build` (the transformers loader) — every other file unchanged. Paths in
 the recipe are relative and the run's directory is replaced by `<tmp>`.
 
 To re-record after an intended format change: `python tests/test_byte_identity.py`
