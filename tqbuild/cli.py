@@ -356,6 +356,8 @@ def eval_cmd(
     probe: Annotated[bool, typer.Option(help="Run the EOS probe.")] = True,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result "
                                                   "here.")] = None,
+    stream: Annotated[bool, typer.Option(help="Teacher and artifact run one layer at a time "
+                                         "(peak memory: one layer, not the model).")] = False,
 ) -> None:
     """Perplexity, mean KL vs a cached teacher dump, top-1 and the EOS probe
     (--source); or task accuracy through lm-evaluation-harness (--tasks)."""
@@ -377,7 +379,7 @@ def eval_cmd(
         raise BadInput("tq-build eval needs --source (KL / perplexity) or --tasks",
                        fix="e.g. tq-build eval out/x --source recipes/x.yaml")
     r = evaluate(artifact, source, text=text, tokens=tokens, top_k=top_k, device=device,
-                 workdir=workdir, probe=probe)
+                 workdir=workdir, probe=probe, stream=stream)
     if json_out:
         write_json(json_out, r)
     typer.echo(render_eval([r]))

@@ -294,7 +294,9 @@ class EvaluateParams(Frozen):
     tokens: int = Field(4096, ge=16, description="tokens of each text")
     window: int = Field(512, ge=8, description="evaluation window (tokens)")
     probe: bool = Field(True, description="run the EOS probe (needs a tokenizer with a chat "
-                        "template)")
+                        "template; loads the whole artifact)")
+    stream: bool = Field(False, description="teacher and artifact run one layer at a time "
+                         "(peak memory one layer, for models larger than the machine)")
     gate: GateParams = GateParams()
 
 

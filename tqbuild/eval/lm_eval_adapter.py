@@ -37,7 +37,8 @@ def load_artifact(path: Path, device: str = "cpu", packed: bool = True):
     if packed and registered and not stacked:
         import tqbuild  # noqa: F401  (registers the transformers quantizer)
 
-        model = AutoModelForCausalLM.from_pretrained(path).to(device)
+        model = AutoModelForCausalLM.from_pretrained(path)
+        model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs
     else:  # older artifacts, stacked experts: the torch loader
         model = load_torch(path, packed=packed, device=device)
     return model.eval(), AutoTokenizer.from_pretrained(path)

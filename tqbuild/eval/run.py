@@ -19,7 +19,7 @@ from ..io.resolve import resolve_source as from_recipe
 from ..io.source import Source
 from ..recipe import load
 from ..runtime.torch_load import load_torch
-from .metrics import forward_logits, perplexity
+from .streaming import reader_for, stream_logits
 from .teacher import TeacherDump, dump_key, kl_vs_dump, make_dump
 
 PROBES = Path(__file__).with_name("probe_prompts.json")
@@ -41,25 +41,90 @@ def resolve_source(src: Path, workdir: Path) -> Path:
     return src
 
 
-def teacher_dump(source_dir: Path, ids: torch.Tensor, k: int, window: int, cache: Path,
-                 device: str = "cpu") -> tuple[TeacherDump, float]:
-    """(the source's top-k dump, the source's perplexity), cached by content."""
-    from transformers import AutoModelForCausalLM
+def window_logits(path: Path, ids: torch.Tensor, window: int, device: str, stream: bool,
+                  on_window) -> None:
+    """on_window(start, float32 logits) per window: the whole model loaded (`stream`
+    False: transformers for a source, the torch loader for an artifact), or one
+    layer at a time (eval/streaming.py)."""
+    if stream:
+        stream_logits(reader_for(path), ids, window, on_window, device)
+        return
+    if (Path(path) / "optiq_metadata.json").is_file():
+        model = load_torch(path).to(device)
+    else:
+        from transformers import AutoModelForCausalLM
 
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, ids.numel(), window):
+            on_window(s, model(ids[s:s + window][None].to(device)).logits[0].float().cpu())
+
+
+def _nll(logits: torch.Tensor, ids: torch.Tensor) -> tuple[float, int]:
+    """Summed next-token NLL inside one window, and its count."""
+    if ids.numel() < 2:
+        return 0.0, 0
+    return float(torch.nn.functional.cross_entropy(logits[:-1], ids[1:], reduction="sum")), \
+        ids.numel() - 1
+
+
+def teacher_dump(source_dir: Path, ids: torch.Tensor, k: int, window: int, cache: Path,
+                 device: str = "cpu", stream: bool = False) -> tuple[TeacherDump, float]:
+    """(the source's top-k dump, the source's perplexity), cached by content."""
     key = dump_key(Source(source_dir).file_hashes(), ids, k, window)
     f = cache / "teacher" / f"{key}.safetensors"
     ppl_file = f.with_suffix(".ppl.json")  # the source's perplexity on the same tokens
     if f.is_file() and ppl_file.is_file():
         return TeacherDump.load(f), float(json.loads(ppl_file.read_text())["perplexity"])
-    model = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32)
-    model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs: .to(str) exists
-    logits = forward_logits(model.eval(), ids.to(device), window).cpu()
-    dump = make_dump(logits, ids, k, window)
+    parts: list[TeacherDump] = []
+    nll = [0.0, 0]
+
+    def take(s: int, logits: torch.Tensor) -> None:
+        w = ids[s:s + window]
+        parts.append(make_dump(logits, w, k, window))
+        a, n = _nll(logits, w)
+        nll[0] += a
+        nll[1] += n
+
+    window_logits(source_dir, ids, window, device, stream, take)
+    dump = TeacherDump(ids=ids.long(), top_idx=torch.cat([p.top_idx for p in parts]),
+                       top_logit=torch.cat([p.top_logit for p in parts]),
+                       lse=torch.cat([p.lse for p in parts]), window=window)
     f.parent.mkdir(parents=True, exist_ok=True)
     dump.save(f)
-    ppl = perplexity(logits, ids, window)
+    ppl = float(torch.exp(torch.tensor(nll[0] / nll[1])))
     write_json(ppl_file, {"perplexity": ppl})
     return dump, ppl
+
+
+def candidate_scores(artifact: Path, dump: TeacherDump, ids: torch.Tensor, window: int,
+                     device: str, stream: bool) -> dict:
+    """Perplexity and KL / top-1 against the dump, accumulated window by window
+    (position-weighted means, so equal to the whole-sequence ones)."""
+    acc = {"kl": 0.0, "kl_upper": 0.0, "tail": 0.0, "top1": 0.0, "n": 0, "nll": 0.0, "m": 0}
+
+    def take(s: int, logits: torch.Tensor) -> None:
+        w = slice(s, s + logits.shape[0])
+        part = TeacherDump(ids=dump.ids[w], top_idx=dump.top_idx[w], top_logit=dump.top_logit[w],
+                           lse=dump.lse[w], window=window)
+        r = kl_vs_dump(part, logits)
+        n = r.positions
+        acc["kl"] += r.mean_kl * n
+        acc["kl_upper"] += r.mean_kl_upper * n
+        acc["tail"] += r.tail_mass * n
+        acc["top1"] += r.top1_agreement * n
+        acc["n"] += n
+        a, m = _nll(logits, ids[w])
+        acc["nll"] += a
+        acc["m"] += m
+
+    window_logits(artifact, ids, window, device, stream, take)
+    n = acc["n"]
+    return {"perplexity": float(torch.exp(torch.tensor(acc["nll"] / acc["m"]))),
+            "mean_kl": acc["kl"] / n, "mean_kl_upper": acc["kl_upper"] / n,
+            "teacher_tail_mass": acc["tail"] / n, "top1_agreement": acc["top1"] / n}
 
 
 def eos_probe(model, tok, device: str = "cpu", new_tokens: int = 24) -> dict:
@@ -88,7 +153,9 @@ def eos_probe(model, tok, device: str = "cpu", new_tokens: int = 24) -> dict:
 
 def evaluate(artifact: Path, source: Path, *, text: Path | None = None, tokens: int = 4096,
              window: int = 512, top_k: int = 1024, device: str = "cpu",
-             workdir: Path = Path(".tq-work"), probe: bool = True) -> dict:
+             workdir: Path = Path(".tq-work"), probe: bool = True, stream: bool = False
+             ) -> dict:
+    """`stream`: teacher and candidate run one layer at a time (eval/streaming.py)."""
     from transformers import AutoTokenizer
 
     t0 = time.perf_counter()
@@ -98,20 +165,16 @@ def evaluate(artifact: Path, source: Path, *, text: Path | None = None, tokens: 
         raise BadInput(f"held-out text {text} does not exist", fix="pass --text FILE")
     tok = AutoTokenizer.from_pretrained(src)
     ids = torch.tensor(tok(text.read_text())["input_ids"][:tokens])
-    dump, source_ppl = teacher_dump(src, ids, top_k, window, workdir / "cache", device)
-    model = load_torch(artifact).to(device)
-    logits = forward_logits(model, ids.to(device), window).cpu()
-    kl = kl_vs_dump(dump, logits)
+    dump, source_ppl = teacher_dump(src, ids, top_k, window, workdir / "cache", device, stream)
+    scores = candidate_scores(artifact, dump, ids, window, device, stream)
     info = inspect(artifact)
     out = {"artifact": str(artifact), "recipe": info["recipe"],
            "bits_per_weight": info["bits_per_weight"],
            "artifact_mib": round(info["total_bytes"] / 2**20, 2),
            "text": text.name, "tokens": int(ids.numel()), "window": window, "top_k": dump.k,
-           "perplexity": perplexity(logits, ids, window), "source_perplexity": source_ppl,
-           "mean_kl": kl.mean_kl,
-           "mean_kl_upper": kl.mean_kl_upper, "teacher_tail_mass": kl.tail_mass,
-           "top1_agreement": kl.top1_agreement, "device": device}
-    if probe:
+           "source_perplexity": source_ppl, **scores, "device": device, "streamed": stream}
+    if probe:  # generation needs the whole model
+        model = load_torch(artifact).to(device)
         model.generation_config.eos_token_id = tok.eos_token_id
         out["eos_probe"] = eos_probe(model, tok, device)
     out["seconds"] = round(time.perf_counter() - t0, 1)

@@ -32,13 +32,13 @@ def texts_of(p: EvaluateParams, where: str) -> list[Path]:
 def run_evaluation(p: EvaluateParams, artifact: Path, source_dir: Path, workdir: Path,
                    device: str, where: str) -> dict:
     rows = [evaluate(artifact, source_dir, text=t, tokens=p.tokens, window=p.window,
-                     device=device, workdir=workdir, probe=False)
+                     device=device, workdir=workdir, probe=False, stream=p.stream)
             for t in texts_of(p, where)]
     per_text = [{"text": r["text"], "tokens": r["tokens"], "perplexity": r["perplexity"],
                  "source_perplexity": r["source_perplexity"], "mean_kl": r["mean_kl"],
                  "top1_agreement": r["top1_agreement"]} for r in rows]
     n = len(per_text)
-    q: dict = {"device": device, "window": p.window, "texts": per_text,
+    q: dict = {"device": device, "window": p.window, "streamed": p.stream, "texts": per_text,
                "mean_kl": sum(r["mean_kl"] for r in per_text) / n,
                "ppl_ratio": sum(r["perplexity"] / r["source_perplexity"] for r in per_text) / n,
                "top1_agreement": sum(r["top1_agreement"] for r in per_text) / n}

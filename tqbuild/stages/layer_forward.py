@@ -73,6 +73,7 @@ class LayerRunner:
         with torch.device("meta"):
             base = AutoModel.from_config(self.cfg, dtype=torch.float32)
         self.meta_layers = list(base.layers)
+        self.meta_norm = base.norm
         base.layers = nn.ModuleList(PassThrough() for _ in self.meta_layers)
         base.norm = nn.Identity()
         for name, mod in list(base.named_children()):
@@ -91,6 +92,12 @@ class LayerRunner:
         mod = copy.deepcopy(self.meta_layers[i]).to_empty(device=self.device)  # meta copy: free
         state = {k: v.to(self.device, torch.float32) for k, v in to_module_state(rel_state).items()}
         mod.load_state_dict(state, strict=True)
+        return mod.eval()
+
+    def final_norm(self, weight: torch.Tensor) -> nn.Module:
+        """The model's final norm, materialised with `weight` (HF semantics)."""
+        mod = copy.deepcopy(self.meta_norm).to_empty(device=self.device)
+        mod.load_state_dict({"weight": weight.to(self.device, torch.float32)}, strict=True)
         return mod.eval()
 
     @torch.no_grad()
