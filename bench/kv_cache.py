@@ -25,6 +25,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 from mlx_lm.models import cache as mlx_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +86,10 @@ def run(model, ids: np.ndarray, scheme, previous) -> dict:
         mx.eval(y)
         times.append(time.perf_counter() - t0)
         logits.append(np.array(y[0, -1].astype(mx.float32)))
-    nbytes = sum(c.nbytes for c in cs)
+    # the cached tokens' bytes: mlx-lm's `nbytes` and `state` span its whole buffer
+    # (grown 256 tokens at a time), so each [B, H, capacity, ·] array is prorated
+    nbytes = sum(a.nbytes * c.offset // a.shape[2] for c in cs for _, a in tree_flatten(c.state)
+                 if isinstance(a, mx.array) and a.ndim == 4)
     return {"logits": np.stack(logits), "step_s": float(np.median(times[8:])),
             "bytes_per_token": nbytes / (PROMPT + STEPS)}
 

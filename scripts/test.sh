@@ -7,4 +7,4 @@ bash scripts/setup.sh
 . .venv/bin/activate
 ruff check tqbuild tests bench
 mypy tqbuild  # config and its two justified exemptions: pyproject.toml [tool.mypy]
-python -m pytest -q "$@"
+python -m pytest -q --durations=25 "$@"

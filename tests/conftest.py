@@ -43,3 +43,15 @@ def write_recipe(path: Path, *, source: Path, stages: list, name: str = "t",
             "stages": stages}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow` cases run only when asked for (`-m slow`, or TQ_SLOW=1 for everything)."""
+    import os
+
+    if "slow" in (config.getoption("-m") or "") or os.environ.get("TQ_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow (or TQ_SLOW=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -46,8 +46,9 @@ def test_streamed_source_logits_equal_the_whole_model(tmp_path, family):
 @pytest.mark.parametrize("family,rule", [
     ("llama", {"match": r"mlp\.(gate|up|down)_proj$", "format": "trellis", "bits": 3,
                "trellis": {"T": 64}}),
-    ("qwen3_moe", {"match": r"switch_mlp\.(gate|up|down)_proj$", "format": "trellis",
-                   "bits": 2, "trellis": {"T": 32}})])
+    pytest.param("qwen3_moe", {"match": r"switch_mlp\.(gate|up|down)_proj$",
+                               "format": "trellis", "bits": 2, "trellis": {"T": 32}},
+                 marks=pytest.mark.slow)])
 def test_streamed_artifact_logits_equal_the_torch_loader(tmp_path, tiny_source, family, rule):
     src = tiny_source() if family == "llama" else save_bf16(make_model(family), tmp_path / "s")
     write_recipe(tmp_path / "r.yaml", source=src, output=tmp_path / "out", stages=[
@@ -105,6 +106,7 @@ def _peak_mib(src: Path, mode: str) -> float:
     return int(p.stdout.split()[-1]) / 1024
 
 
+@pytest.mark.slow
 def test_streamed_peak_memory_is_flat_in_the_number_of_layers(tmp_path):
     """Layers of 64 MiB (float32): 4 vs 8 of them."""
     from transformers import AutoConfig, AutoModelForCausalLM

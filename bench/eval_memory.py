@@ -1,0 +1,96 @@
+"""Peak memory of `tq-build eval` (teacher dump + candidate evaluation), whole
+model vs layer-streamed, on SmolLM2 (the q35 artifact) and on a synthetic
+llama with SmolLM2's layer shapes and 4× its layers (120, random weights).
+Each run is its own process (VmHWM), with a fresh work dir (no cached dump).
+
+  python bench/eval_memory.py [--out bench/results/eval_memory-cpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+CHILD = """
+import sys, json, time
+from pathlib import Path
+from tqbuild.eval.run import evaluate
+art, src, wd, stream = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+t = time.perf_counter()
+r = evaluate(Path(art), Path(src), tokens=1024, window=512, workdir=Path(wd), probe=False,
+             stream=stream)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+print(json.dumps({"peak_mib": int(hwm) / 1024, "seconds": time.perf_counter() - t,
+                  "perplexity": r["perplexity"], "source_perplexity": r["source_perplexity"],
+                  "mean_kl": r["mean_kl"], "top1_agreement": r["top1_agreement"]}))
+"""
+
+
+def measure(art: Path, src: Path, stream: bool) -> dict:
+    wd = tempfile.mkdtemp()
+    p = subprocess.run([sys.executable, "-c", CHILD, str(art), str(src), wd, str(int(stream))],
+                       capture_output=True, text=True, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def synthetic(src: Path, out: Path, layers: int) -> tuple[Path, Path]:
+    """A random llama with SmolLM2's config but `layers` layers (bf16, with
+    SmolLM2's tokenizer) and a 4-bit RTN artifact of it built by tq-build."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(src)
+    cfg.num_hidden_layers = layers
+    torch.manual_seed(0)
+    m = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+    m.save_pretrained(out / "src")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        if (src / f).is_file():
+            shutil.copy(src / f, out / "src" / f)
+    (out / "r.yaml").write_text(f"name: synth\nsource: {{path: {out / 'src'}}}\n"
+                                f"output: {out / 'art'}\nstages:\n  - quantize:\n"
+                                "      default: {bits: 4, group_size: 64}\n")
+    subprocess.run([sys.executable, "-m", "tqbuild", str(out / "r.yaml"), "--no-lock",
+                    "--workdir", str(out / "w")], check=True, capture_output=True)
+    return out / "art", out / "src"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/eval_memory-cpu.json")
+    a = ap.parse_args()
+    from hostinfo import host
+    from kv_cache import smollm2_dir
+
+    src = smollm2_dir()
+    rows = {}
+    cases = {"smollm2 (30 layers)": (ROOT / "out/smollm2-q35", src)}
+    tmp = Path(tempfile.mkdtemp())
+    cases["synthetic 120 layers"] = synthetic(src, tmp, 120)
+    for name, (art, s) in cases.items():
+        for stream in (False, True):
+            t = time.perf_counter()
+            r = measure(art, s, stream)
+            rows[f"{name}, {'streamed' if stream else 'whole model'}"] = r
+            print(f"{name:22s} {'streamed' if stream else 'whole':8s} peak {r['peak_mib']:7.0f} "
+                  f"MiB  {time.perf_counter() - t:6.1f} s  ppl {r['perplexity']:.4f} "
+                  f"KL {r['mean_kl']:.5f}", flush=True)
+    a.out.write_text(json.dumps({"host": host(), "protocol": "tq-build eval (teacher dump + "
+                                 "candidate), 1024 tokens of the bundled text, windows of 512, "
+                                 "no probe, fresh work dir, own process per row (VmHWM)",
+                                 "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
