@@ -39,10 +39,16 @@ def pack_bits(idx: mx.array, bits: int) -> mx.array:
 
 
 def unpack_bits(packed: mx.array, bits: int, n: int) -> mx.array:
+    """The inverse of pack_bits: every `bits` bytes hold 8 values, so each group
+    is read as one little-endian integer and shifted 8 ways."""
     *lead, nb = packed.shape
-    b = (packed.astype(mx.uint32)[..., None] >> mx.arange(8, dtype=mx.uint32)) & 1
-    b = b.reshape(*lead, nb * 8)[..., : n * bits].reshape(*lead, n, bits)
-    return (b << mx.arange(bits, dtype=mx.uint32)).sum(-1).astype(mx.uint8)
+    g = packed.reshape(*lead, nb // bits, bits).astype(mx.uint64)
+    word = g[..., 0]
+    for i in range(1, bits):
+        word = word | (g[..., i] << (8 * i))
+    shifts = mx.arange(0, 8 * bits, bits, dtype=mx.uint64)
+    vals = (word[..., None] >> shifts) & ((1 << bits) - 1)
+    return vals.reshape(*lead, nb * 8 // bits)[..., :n].astype(mx.uint8)
 
 
 def _tree_sum(x: mx.array) -> mx.array:
