@@ -107,3 +107,11 @@ def test_no_numpy_or_torch_in_the_step():
     src = inspect.getsource(TurboQuantKVCache) + inspect.getsource(mlx_codec.encode_values)
     assert "np." not in src.replace("np.ndarray", "") and "torch" not in src
     assert Path(mlx_codec.__file__).read_text().count("import torch") == 0
+
+
+def test_value_scale_where_mlx_sqrt_is_one_ulp_off():
+    """A SmolLM2 value vector (layer 18) whose group RMS MLX's CPU sqrt rounds one
+    ulp low, enough to flip its fp16 scale: the production mode's Newton square
+    root makes both frameworks agree."""
+    v = np.load(Path(__file__).parent / "data" / "kv_value_sqrt_edge.npy")[None]
+    _check_pair(v, 8, 3)

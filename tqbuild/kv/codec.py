@@ -10,9 +10,10 @@ Two modes:
   kept (a constant key group has scale 0 and decodes to NaN in fp16).
 - `production` (default): float32 arithmetic throughout, scales stored fp16,
   a constant key group encodes as scale 0 / zero = its value, so it decodes
-  exactly to its value instead of NaN, and a value group's sum of squares is
-  a fixed halving tree (`tree_sum`), so any framework (kv/mlx_codec.py) can
-  reproduce it bit for bit.
+  exactly to its value instead of NaN, and a value group's RMS is a fixed
+  halving-tree sum of squares (`tree_sum`) and a square root from +, ×, ÷
+  (`newton_sqrt`), so any framework (kv/mlx_codec.py) reproduces it bit for
+  bit.
 """
 
 from __future__ import annotations
@@ -101,6 +102,17 @@ def tree_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def newton_sqrt(a: torch.Tensor) -> torch.Tensor:
+    """float32 √a (a ≥ 0) from +, ×, ÷ only: a bit-trick start and four Newton
+    steps. Backends' sqrt differ in the last bit (MLX's CPU sqrt is not
+    correctly rounded), and a last-bit difference can flip the fp16 scale; IEEE
+    +, ×, ÷ agree everywhere, so this is the production mode's definition."""
+    y = ((a.view(torch.int32) >> 1) + 0x1FBD1DF5).view(torch.float32)
+    for _ in range(4):
+        y = 0.5 * (y + a / y)
+    return torch.where(a == 0, torch.zeros_like(a), y)
+
+
 def encode_keys(k: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "production",
                 signed: bool | None = None, check: bool = True) -> KeyCode:
     """Keys [..., d] -> KeyCode. `signed` defaults to bits == 8 (the reference's
@@ -167,8 +179,11 @@ def encode_values(v: np.ndarray, bits: int, dtype: torch.dtype, mode: str = "pro
     x = fwht(_t(v, work) * s)
     x = (x.float() * torch.tensor(1 / np.sqrt(d), dtype=torch.float32)).to(work)
     g = x.reshape(*x.shape[:-1], -1, G)
-    ss = (g * g).float().sum(-1, keepdim=True) if mode == "reference" else tree_sum(g * g)
-    scale = torch.sqrt((ss / G).to(work))
+    if mode == "reference":
+        ss = (g * g).float().sum(-1, keepdim=True)
+        scale = torch.sqrt((ss / G).to(work))
+    else:
+        scale = newton_sqrt(tree_sum(g * g) / G)
     eps = torch.tensor(1e-8, dtype=work)
     xn = g / (scale + eps)
     bnd = torch.from_numpy(tables.boundaries(bits))

@@ -58,6 +58,14 @@ def _tree_sum(x: mx.array) -> mx.array:
     return x
 
 
+def _newton_sqrt(a: mx.array) -> mx.array:
+    """codec.newton_sqrt in MLX ops (the same IEEE +, ×, ÷ in the same order)."""
+    y = mx.view((mx.view(a, mx.int32) >> 1) + 0x1FBD1DF5, mx.float32)
+    for _ in range(4):
+        y = 0.5 * (y + a / y)
+    return mx.where(a == 0, 0.0, y)
+
+
 def fwht(x: mx.array) -> mx.array:
     """Unnormalised butterflies over the last dim, strides 1, 2, 4, … (codec.fwht)."""
     *lead, d = x.shape
@@ -108,7 +116,7 @@ def encode_values(v: mx.array, bits: int) -> tuple[mx.array, mx.array]:
     c = _consts(d, bits)
     x = fwht(v.astype(mx.float32) * c["signs"]) * c["inv_sqrt"]
     g = x.reshape(*x.shape[:-1], -1, G)
-    scale = mx.sqrt(_tree_sum(g * g) / G)
+    scale = _newton_sqrt(_tree_sum(g * g) / G)
     xn = g / (scale + EPS)
     idx = (xn[..., None] > c["bounds"]).sum(-1).reshape(v.shape)  # searchsorted, left
     return pack_bits(idx, bits), scale[..., 0].astype(mx.float16)
