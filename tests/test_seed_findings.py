@@ -17,7 +17,6 @@ CASES = {
                                    "rules": [dict(TRELLIS, method="ldlq",
                                                   trellis={"T": 32, "axis": 1})]},
                              "EOS cliff"),
-    "rotated-rtn4": (ROT, {"default": {"bits": 4, "group_size": 32}}, "do not ship"),
     "group-size-128": (["untie"], {"default": {"bits": 4, "group_size": 64},
                                    "rules": [{"match": "down_proj", "group_size": 128}]},
                        "GSM8K collapsed"),
@@ -53,6 +52,14 @@ def test_the_measured_winners_pass_silently(tmp_path, tiny_source):
     rtn = {"default": {"bits": 4, "group_size": 32}}  # unrotated plain RTN-4: the baseline
     p = cli(tmp_path, "plan", _recipe(tmp_path, tiny_source(), ["untie"], rtn, calib=False))
     assert p.returncode == 0 and "warning" not in p.stdout + p.stderr
+
+
+def test_rotated_rtn4_warns(tmp_path, tiny_source):
+    """A measured loss (to plain RTN-4), not a failure: warned, built."""
+    p = cli(tmp_path, "plan", _recipe(tmp_path, tiny_source(), ROT,
+                                      {"default": {"bits": 4, "group_size": 32}}, calib=False))
+    assert p.returncode == 0 and "warning: rotated-rtn4" in p.stdout + p.stderr
+    assert "do not ship" in p.stdout + p.stderr
 
 
 def test_trellis_without_r1_warns_and_allow_is_recorded(tmp_path, tiny_source):

@@ -63,7 +63,7 @@ FINDINGS = (
             "(an EOS cliff: empty answers); the coded axis must be the rotated one",
             "use `trellis: {axis: auto}` (down_proj coded along its rotated output dim)",
             _down_proj_input_axis),
-    Finding("rotated-rtn4", True,
+    Finding("rotated-rtn4", False,
             "the seed's 4-bit arms: rotated uniform RTN-4 without GPTQ loses to plain "
             "(unrotated) 4-bit — 'do not ship rotated uniform-4-bit'",
             "use `method: gptq` (with calibration), or drop `rotate` for plain RTN-4",
