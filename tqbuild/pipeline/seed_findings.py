@@ -41,7 +41,7 @@ def _rotated_rtn4(plan) -> list[str]:
     body = {m: sp for m, sp in plan.specs.items() if sp.quantized
             and not m.endswith((plan.family.embed, plan.family.lm_head))}
     rtn4 = [m for m, sp in body.items()
-            if sp.format == "affine" and sp.method == "rtn" and sp.bits_ == 4]
+            if sp.format == "affine" and sp.method == "rtn" and sp.bits == 4]  # a kmap is not 4
     return rtn4 if plan.r1_on and body and len(rtn4) == len(body) else []
 
 
