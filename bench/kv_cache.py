@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from hostinfo import host  # noqa: E402
 
 from tqbuild.divergence import kl_rows  # noqa: E402
-from tqbuild.environment import OPENBLAS  # noqa: E402
+from tqbuild.environment import fast_blas_reexec  # noqa: E402
 from tqbuild.kv.mlx_cache import make_cache  # noqa: E402
 
 TEXTS = [ROOT / "data/eval/python-stdlib-docstrings.txt",
@@ -95,11 +94,7 @@ def run(model, ids: np.ndarray, scheme, previous) -> dict:
 
 
 def main() -> None:
-    if sys.platform == "linux" and os.path.exists(OPENBLAS) and \
-            "openblas" not in os.environ.get("LD_PRELOAD", ""):
-        # MLX's CPU build ships a reference BLAS (~3 GFLOP/s): rerun with OpenBLAS
-        os.execve(sys.executable, [sys.executable, *sys.argv],
-                  dict(os.environ, LD_PRELOAD=OPENBLAS))
+    fast_blas_reexec(sys.argv)  # MLX's CPU build ships a reference BLAS (~3 GFLOP/s)
     ap = argparse.ArgumentParser()
     ap.add_argument("--texts", nargs="+", type=Path, default=TEXTS)
     ap.add_argument("--previous", default="93a4102")

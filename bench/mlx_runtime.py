@@ -26,7 +26,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 
 
 def status_mib(field: str = "VmRSS") -> float:
@@ -89,11 +88,9 @@ def one(kind: str, path: Path, out: Path) -> None:
 
 
 def main() -> None:
-    if sys.platform == "linux" and os.path.exists(OPENBLAS) and \
-            "openblas" not in os.environ.get("LD_PRELOAD", ""):
-        # MLX's CPU build ships a reference BLAS (~3 GFLOP/s): rerun with OpenBLAS
-        os.execve(sys.executable, [sys.executable, *sys.argv],
-                  dict(os.environ, LD_PRELOAD=OPENBLAS))
+    from tqbuild.environment import fast_blas_reexec
+
+    fast_blas_reexec(sys.argv)  # MLX's CPU build ships a reference BLAS (~3 GFLOP/s)
     ap = argparse.ArgumentParser()
     ap.add_argument("--artifacts", nargs="+", type=Path,
                     default=[ROOT / "out/smollm2-trellis-k3", ROOT / "out/smollm2-q35"])

@@ -25,9 +25,11 @@ def apply_defaults() -> None:
         os.environ.setdefault(k, v)
 
 
-def fast_blas_reexec() -> None:
-    """Re-exec this tq-build command once with OpenBLAS preloaded, when present."""
+def fast_blas_reexec(command: list[str] | None = None) -> None:
+    """Re-exec once with OpenBLAS preloaded, when present: this tq-build command,
+    or `command` (the arguments after the interpreter, e.g. a script's argv)."""
     if sys.platform == "linux" and os.path.exists(OPENBLAS) and \
             "openblas" not in os.environ.get("LD_PRELOAD", ""):
         env = dict(os.environ, LD_PRELOAD=OPENBLAS)
-        os.execve(sys.executable, [sys.executable, "-m", "tqbuild", *sys.argv[1:]], env)
+        args = command if command is not None else ["-m", "tqbuild", *sys.argv[1:]]
+        os.execve(sys.executable, [sys.executable, *args], env)

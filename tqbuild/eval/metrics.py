@@ -20,26 +20,32 @@ class Comparison:
     decisive_top1_agreement: float  # over positions whose teacher top-2 margin >= 0.05
 
 
-def forward_logits(model, ids: torch.Tensor, window: int = 512) -> torch.Tensor:
-    """float32 logits [T, V] for a 1-D id tensor, in independent windows."""
-    out = []
+def window_logits(model, ids: torch.Tensor, window: int = 512):
+    """Yields (start, float32 logits [t, V]) for each independent window of a
+    1-D id tensor (on the ids' device)."""
     with torch.no_grad():
         for s in range(0, ids.numel(), window):
-            chunk = ids[s:s + window][None]
-            out.append(model(chunk).logits[0].float())
-    return torch.cat(out)
+            yield s, model(ids[s:s + window][None]).logits[0].float()
+
+
+def forward_logits(model, ids: torch.Tensor, window: int = 512) -> torch.Tensor:
+    """float32 logits [T, V] for a 1-D id tensor, in independent windows."""
+    return torch.cat([lg for _, lg in window_logits(model, ids, window)])
+
+
+def window_nll(logits: torch.Tensor, ids: torch.Tensor) -> tuple[float, int]:
+    """Summed next-token NLL inside one window, and the number of predictions."""
+    if ids.numel() < 2:
+        return 0.0, 0
+    return float(torch.nn.functional.cross_entropy(logits[:-1], ids[1:], reduction="sum")), \
+        ids.numel() - 1
 
 
 def perplexity(logits: torch.Tensor, ids: torch.Tensor, window: int = 512) -> float:
     """exp(mean NLL) of next-token prediction inside each window."""
-    nll, n = 0.0, 0
-    for s in range(0, ids.numel(), window):
-        lg, tg = logits[s:s + window][:-1], ids[s:s + window][1:]
-        if tg.numel() == 0:
-            continue
-        nll += float(torch.nn.functional.cross_entropy(lg, tg, reduction="sum"))
-        n += tg.numel()
-    return float(torch.exp(torch.tensor(nll / n)))
+    parts = [window_nll(logits[s:s + window], ids[s:s + window])
+             for s in range(0, ids.numel(), window)]
+    return float(torch.exp(torch.tensor(sum(a for a, _ in parts) / sum(n for _, n in parts))))
 
 
 def compare(teacher: torch.Tensor, candidate: torch.Tensor) -> Comparison:

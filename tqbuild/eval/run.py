@@ -19,6 +19,7 @@ from ..io.resolve import resolve_source as from_recipe
 from ..io.source import Source
 from ..recipe import load
 from ..runtime.torch_load import load_torch
+from .metrics import window_logits, window_nll
 from .streaming import reader_for, stream_logits
 from .teacher import TeacherDump, dump_key, kl_vs_dump, make_dump
 
@@ -41,7 +42,7 @@ def resolve_source(src: Path, workdir: Path) -> Path:
     return src
 
 
-def window_logits(path: Path, ids: torch.Tensor, window: int, device: str, stream: bool,
+def path_window_logits(path: Path, ids: torch.Tensor, window: int, device: str, stream: bool,
                   on_window) -> None:
     """on_window(start, float32 logits) per window: the whole model loaded (`stream`
     False: transformers for a source, the torch loader for an artifact), or one
@@ -56,18 +57,8 @@ def window_logits(path: Path, ids: torch.Tensor, window: int, device: str, strea
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs
-    model.eval()
-    with torch.no_grad():
-        for s in range(0, ids.numel(), window):
-            on_window(s, model(ids[s:s + window][None].to(device)).logits[0].float().cpu())
-
-
-def _nll(logits: torch.Tensor, ids: torch.Tensor) -> tuple[float, int]:
-    """Summed next-token NLL inside one window, and its count."""
-    if ids.numel() < 2:
-        return 0.0, 0
-    return float(torch.nn.functional.cross_entropy(logits[:-1], ids[1:], reduction="sum")), \
-        ids.numel() - 1
+    for s, logits in window_logits(model.eval(), ids.to(device), window):
+        on_window(s, logits.cpu())
 
 
 def teacher_dump(source_dir: Path, ids: torch.Tensor, k: int, window: int, cache: Path,
@@ -84,11 +75,11 @@ def teacher_dump(source_dir: Path, ids: torch.Tensor, k: int, window: int, cache
     def take(s: int, logits: torch.Tensor) -> None:
         w = ids[s:s + window]
         parts.append(make_dump(logits, w, k, window))
-        a, n = _nll(logits, w)
+        a, n = window_nll(logits, w)
         nll[0] += a
         nll[1] += n
 
-    window_logits(source_dir, ids, window, device, stream, take)
+    path_window_logits(source_dir, ids, window, device, stream, take)
     dump = TeacherDump(ids=ids.long(), top_idx=torch.cat([p.top_idx for p in parts]),
                        top_logit=torch.cat([p.top_logit for p in parts]),
                        lse=torch.cat([p.lse for p in parts]), window=window)
@@ -116,11 +107,11 @@ def candidate_scores(artifact: Path, dump: TeacherDump, ids: torch.Tensor, windo
         acc["tail"] += r.tail_mass * n
         acc["top1"] += r.top1_agreement * n
         acc["n"] += n
-        a, m = _nll(logits, ids[w])
+        a, m = window_nll(logits, ids[w])
         acc["nll"] += a
         acc["m"] += m
 
-    window_logits(artifact, ids, window, device, stream, take)
+    path_window_logits(artifact, ids, window, device, stream, take)
     n = acc["n"]
     return {"perplexity": float(torch.exp(torch.tensor(acc["nll"] / acc["m"]))),
             "mean_kl": acc["kl"] / n, "mean_kl_upper": acc["kl_upper"] / n,

@@ -104,8 +104,9 @@ class TqBuildQuantizer(HfQuantizer):
         return False
 
     def _process_model_before_weight_loading(self, model, **kwargs):
-        path = artifact_dir(model)
-        fam = family_for(json.loads((path / "config.json").read_text())["model_type"])
+        self._path = path = artifact_dir(model)
+        self._config = json.loads((path / "config.json").read_text())
+        self._family = fam = family_for(self._config["model_type"])
         self._modules = {m: _hf_name(fam, m) for m in packed_modules(path)}
         for hf in self._modules.values():
             _set(model, hf, _Pending(model.get_submodule(hf)))
@@ -114,11 +115,9 @@ class TqBuildQuantizer(HfQuantizer):
         return model
 
     def _process_model_after_weight_loading(self, model, **kwargs):
-        path = artifact_dir(model)
-        cfg = json.loads((path / "config.json").read_text())
-        fam = family_for(cfg["model_type"])
-        quant = cfg.get("quantization") or {}
-        raw = read_artifact_tensors(path)
+        fam = self._family
+        quant = self._config.get("quantization") or {}
+        raw = read_artifact_tensors(self._path)
         device = next(model.parameters()).device
         dtype = model.dtype
         for m, hf in self._modules.items():

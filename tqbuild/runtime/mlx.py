@@ -30,20 +30,18 @@ def _get_module(root: nn.Module, path: str) -> nn.Module:
 
 
 def _set_module(root: nn.Module, path: str, module: nn.Module) -> None:
-    parts = path.split(".")
-    parent = root
-    for p in parts[:-1]:
-        parent = parent[int(p)] if isinstance(parent, list) else getattr(parent, p)
+    parent_path, _, leaf = path.rpartition(".")
+    parent = _get_module(root, parent_path) if parent_path else root
     if isinstance(parent, list):
-        parent[int(parts[-1])] = module
+        parent[int(leaf)] = module
     else:
-        setattr(parent, parts[-1], module)
+        setattr(parent, leaf, module)
 
 
 def load(path: str | Path, dtype=None, cache_dense: bool = False):
     """-> (mlx-lm model, tokenizer or None when the artifact has none). Trellis
     modules stay packed (decoded per call); `cache_dense=True` keeps each one's
-    decoded float32 weight after its first call instead."""
+    decoded weight (in the activation dtype) after its first call instead."""
     from mlx_lm.utils import _get_classes, load_tokenizer
 
     path = Path(path)
