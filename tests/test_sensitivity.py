@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from cli_run import cli
 from tiny import make_model, save_bf16
+
+from tqbuild.eval.sensitivity import sensitivity
 
 
 def test_sensitivity_table_then_mixed_allocation(tmp_path):
@@ -50,3 +53,36 @@ stages:
     assert set(alloc["trellis"]["map"]) == set(mlp) and set(alloc["affine"]["map"]) == set(attn)
     for m, k in {**alloc["trellis"]["map"], **alloc["affine"]["map"]}.items():
         assert meta["modules"][m]["bits"] == k
+
+
+@pytest.mark.parametrize("family,method", [("llama", "noise"), ("qwen3_5_text", "trellis")])
+def test_streamed_sensitivity_equals_the_whole_model(tmp_path, family, method):
+    """One pass over the layers (candidates branching at their layer) gives the
+    numbers of quantizing one tensor in the whole loaded model."""
+    src = save_bf16(make_model(family), tmp_path / "src")
+    r1 = "off" if family == "gemma3_text" else "random_hadamard"
+    (tmp_path / "r.yaml").write_text(f"""name: sens
+source: {{path: {src}}}
+output: out
+stages:
+  - untie
+  - norm_fold
+  - rotate: {{r1: {r1}, r2: off}}
+  - quantize:
+      default: {{bits: 4, group_size: 32}}
+      rules:
+        - {{match: 'mlp\\.(gate|up|down)_proj$', format: trellis,
+           bits: {{kmap: sens.json, budget: 3.0}}, trellis: {{T: 64}}}}
+        - {{match: 'lm_head', bits: {{kmap: sens.json, budget: 6, choices: [4, 8]}}}}
+""")
+    kw = dict(method=method, tokens=96, window=32, workdir=tmp_path / "w", log=lambda m: None)
+    timings: dict = {}
+    streamed = sensitivity(tmp_path / "r.yaml", stream=True, timings=timings, **kw)
+    whole = sensitivity(tmp_path / "r.yaml", stream=False, **kw)
+    assert len(timings["seconds_per_layer"]) == 2
+    assert set(streamed) == set(whole) and len(streamed) == 7
+    assert any(m.endswith("lm_head") for m in streamed)
+    for m in whole:
+        for k, v in whole[m].items():
+            assert streamed[m][k] == pytest.approx(v, rel=2e-3, abs=1e-7), (m, k)
+    assert all(v["2"] > v["4"] > 0 for m, v in streamed.items() if ".mlp." in m)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -414,6 +415,9 @@ def sensitivity_cmd(
                                              "kmap path).")] = None,
     workdir: WorkdirOpt = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Recipe override.")] = None,
+    stream: Annotated[bool, typer.Option(help="Hold one decoder layer at a time (default); "
+                                         "--no-stream loads the folded model whole.")] = True,
+    device: Annotated[str, typer.Option(help="cpu | cuda[:N]")] = "cpu",
 ) -> None:
     """Measure per tensor the KL cost of quantizing only that tensor at each candidate
     k / bits; write the {tensor: {k: loss}} table the allocators read."""
@@ -428,9 +432,18 @@ def sensitivity_cmd(
         if km is None or km.kmap is None:
             raise BadInput("the recipe names no kmap file", fix="pass --out FILE")
         out = Path(km.kmap) if Path(km.kmap).is_absolute() else Path(r.file).parent / km.kmap
+    timings: dict = {}
+    t0 = time.perf_counter()
     table = sensitivity(recipe, method=method, tokens=tokens, overrides=set_ or (),
-                        workdir=Path(workdir or r.workdir), log=_log)
+                        workdir=Path(workdir or r.workdir), log=_log, stream=stream,
+                        device=device, timings=timings)
+    per_layer = timings.get("seconds_per_layer", [])
     write_table(table, out, {"recipe": r.name, "method": method, "tokens": tokens,
+                             "stream": stream, "device": device,
+                             "seconds": round(time.perf_counter() - t0, 2),
+                             **({"mean_seconds_per_layer": round(sum(per_layer) /
+                                                                 len(per_layer), 3)}
+                                if per_layer else {}),
                              "metric": "mean KL(folded reference || one tensor quantized)"})
     typer.echo(f"wrote {out} ({len(table)} tensors)")
 

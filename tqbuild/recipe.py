@@ -244,8 +244,11 @@ class CalibrateParams(Frozen):
     hessians: Literal["original", "propagate"] = Field(
         "original", description="original: every layer sees the unquantized model's "
         "activations; propagate: the quantized layer's output feeds the next")
-    batch_size: int = Field(16, ge=1, description="sequences sampled at once (self_generated);"
-                            " part of the calibration's identity")
+    batch_size: int | None = Field(
+        None, ge=1, description="sequences sampled at once with one KV cache (self_generated; "
+        "default: all of them); part of the calibration's identity")
+    stream: bool = Field(False, description="self_generated: sample one decoder layer at a "
+                         "time (peak memory one layer + the KV cache, not the model)")
     temperature: float = Field(1.0, gt=0, description="self_generated sampling temperature")
     keep: Literal["last", "all"] = Field(
         "last", description="activations kept in the work dir: only those entering the "

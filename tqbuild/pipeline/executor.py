@@ -173,7 +173,8 @@ class Builder:
         assert p is not None
         on_gpu = p.source.self_generated and torch.device(self.device).type == "cuda"
         # tokens sampled on a GPU are other tokens: their own cache entry
-        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude={"keep", "hessians"}),
+        same = {"keep", "hessians"} | (set() if p.stream else {"stream"})
+        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude=same),
                           *(["sampled-on-cuda"] if on_gpu else []))
         ids = None
         if self.dist.lead:  # the other ranks take rank 0's tokens

@@ -14,6 +14,7 @@ import torch
 from ..errors import SourceError
 from ..io.paths import checked
 from ..recipe import CalibrateParams
+from .calib_stream import self_generated_streamed
 
 
 def token_hash(ids: np.ndarray) -> str:
@@ -104,8 +105,9 @@ def self_generated(model, p: CalibrateParams, bos: int | None, vocab: int) -> np
     warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
     g = torch.Generator().manual_seed(p.seed)
     out = []
-    for s in range(0, p.samples, p.batch_size):
-        b = min(p.batch_size, p.samples - s)
+    batch = p.batch_size or p.samples
+    for s in range(0, p.samples, batch):
+        b = min(batch, p.samples - s)
         first = (torch.full((b, 1), bos) if bos is not None
                  else torch.randint(0, vocab, (b, 1), generator=g))
         ids, past = first, None
@@ -136,6 +138,10 @@ def calibration_ids(p: CalibrateParams, source_dir: Path, where: str, log=print,
         if p.source.files:
             return from_files(p.source.files, tok, p, where)
         return from_dataset(p, tok, where)
+    if p.stream:
+        log(f"sampling {p.samples} × {p.seq_len} calibration tokens from the source model, "
+            "one decoder layer at a time")
+        return self_generated_streamed(source_dir, p, device)
     log(f"sampling {p.samples} × {p.seq_len} calibration tokens from the source model "
         "(it is loaded whole for this)")
     model = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()

@@ -117,3 +117,15 @@ class LayerRunner:
         finally:
             self.base.layers[i] = PassThrough()
         return torch.cat(outs)
+
+    @torch.no_grad()
+    def step(self, i: int, layer: nn.Module, x: torch.Tensor, cache, position_ids: torch.Tensor
+             ) -> torch.Tensor:
+        """Layer i on new tokens x [b, t, hidden] at `position_ids`, reading and
+        appending to the model-wide `cache` (incremental decoding, whole batch)."""
+        self.base.layers[i] = layer
+        try:
+            return self.base(inputs_embeds=x.to(self.device), cache=cache, use_cache=True,
+                             position_ids=position_ids).last_hidden_state
+        finally:
+            self.base.layers[i] = PassThrough()
