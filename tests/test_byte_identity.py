@@ -3,7 +3,10 @@ LDLQ, affine GPTQ, MLX microscaling, a Qwen3.5 vision-language checkpoint with
 an MTP head) are rebuilt and every file's sha256 compared with the values
 recorded before the architecture change of issue 20 (at 1622227); re-recorded
 once since, when config.json's quantization_config gained `quant_method:
-tq-build` (the transformers loader) — every other file unchanged. Paths in
+tq-build` (the transformers loader) — every other file unchanged; and again when
+the calibration parameters gained `version` and `stream` (metadata and card
+only: the recipes pin calibration version 1, whose tokens are the first
+release's, and every weight file kept its bytes). Paths in
 the recipe are relative and the run's directory is replaced by `<tmp>`.
 
 To re-record after an intended format change: `python tests/test_byte_identity.py`
@@ -22,7 +25,7 @@ from tiny import make_model, make_qwen3_5_vl_with_mtp, save_bf16
 sys.path.insert(0, str(Path(__file__).parent))
 from cli_run import cli  # noqa: E402
 
-CALIB = "calibration: {source: {self_generated: true}, samples: 4, seq_len: 32}\n"
+CALIB = "calibration: {source: {self_generated: true}, samples: 4, seq_len: 32, version: 1}\n"
 PREFIX = "stages:\n  - untie\n  - norm_fold\n  - rotate: {r2: %s, seed: 7}\n"
 
 RECIPES = {

@@ -244,15 +244,34 @@ class CalibrateParams(Frozen):
     hessians: Literal["original", "propagate"] = Field(
         "original", description="original: every layer sees the unquantized model's "
         "activations; propagate: the quantized layer's output feeds the next")
+    version: Literal[1, 2] = Field(
+        2, description="self_generated sampling rule: 1 = batches of 16, torch.multinomial "
+        "(the first release's tokens); 2 = the whole batch with one KV cache, inverse-CDF "
+        "draws (one uniform per sequence and step)")
     batch_size: int | None = Field(
         None, ge=1, description="sequences sampled at once with one KV cache (self_generated; "
-        "default: all of them); part of the calibration's identity")
+        "default: 16 for version 1, all of them for 2); part of the calibration's identity")
     stream: bool = Field(False, description="self_generated: sample one decoder layer at a "
                          "time (peak memory one layer + the KV cache, not the model)")
     temperature: float = Field(1.0, gt=0, description="self_generated sampling temperature")
     keep: Literal["last", "all"] = Field(
         "last", description="activations kept in the work dir: only those entering the "
         "next layer (older ones are replayed from the embeddings if ever needed) or all")
+
+    @property
+    def batch(self) -> int:
+        return self.batch_size or (16 if self.version == 1 else self.samples)
+
+    def identity(self) -> dict:
+        """What decides the tokens (the calibration cache key). Version 1 keeps the
+        first release's key, so its cached tokens and artifacts stay valid."""
+        d = self.model_dump(exclude={"keep", "hessians"})
+        d["batch_size"] = self.batch
+        if self.version == 1:
+            d.pop("version")
+        if not self.stream:
+            d.pop("stream")
+        return d
 
 
 class WriteParams(Frozen):

@@ -173,8 +173,7 @@ class Builder:
         assert p is not None
         on_gpu = p.source.self_generated and torch.device(self.device).type == "cuda"
         # tokens sampled on a GPU are other tokens: their own cache entry
-        same = {"keep", "hessians"} | (set() if p.stream else {"stream"})
-        cfp = fingerprint("calib-v1", self.src_fp, p.model_dump(exclude=same),
+        cfp = fingerprint("calib-v1", self.src_fp, p.identity(),
                           *(["sampled-on-cuda"] if on_gpu else []))
         ids = None
         if self.dist.lead:  # the other ranks take rank 0's tokens

@@ -15,6 +15,7 @@ from ..errors import SourceError
 from ..io.paths import checked
 from ..recipe import CalibrateParams
 from .calib_stream import self_generated_streamed
+from .sampling import sample_tokens
 
 
 def token_hash(ids: np.ndarray) -> str:
@@ -96,30 +97,14 @@ def from_dataset(p: CalibrateParams, tok, where: str) -> np.ndarray:
     return _windows([r[p.source.column] for r in ds], tok, p, where)
 
 
-@torch.no_grad()
 def self_generated(model, p: CalibrateParams, bos: int | None, vocab: int) -> np.ndarray:
-    """`samples` sequences of `seq_len` tokens sampled from the model, seeded.
-    Each starts with BOS (or a seeded random token) and samples at `temperature`."""
-    import warnings
+    """Tokens sampled from a whole loaded transformers model (see sample_tokens)."""
+    from transformers import DynamicCache
 
-    warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
-    g = torch.Generator().manual_seed(p.seed)
-    out = []
-    batch = p.batch_size or p.samples
-    for s in range(0, p.samples, batch):
-        b = min(batch, p.samples - s)
-        first = (torch.full((b, 1), bos) if bos is not None
-                 else torch.randint(0, vocab, (b, 1), generator=g))
-        ids, past = first, None
-        seq = [first]
-        for _ in range(p.seq_len - 1):
-            o = model(input_ids=ids.to(model.device), past_key_values=past, use_cache=True)
-            past = o.past_key_values
-            probs = torch.softmax(o.logits[:, -1].double().cpu() / p.temperature, -1)
-            ids = torch.multinomial(probs, 1, generator=g)
-            seq.append(ids)
-        out.append(torch.cat(seq, 1))
-    return torch.cat(out).numpy().astype(np.int32)
+    def next_logits(cache, ids, t):
+        return model(input_ids=ids.to(model.device), cache=cache, use_cache=True).logits[:, -1]
+
+    return sample_tokens(p, bos, vocab, lambda: DynamicCache(config=model.config), next_logits)
 
 
 def calibration_ids(p: CalibrateParams, source_dir: Path, where: str, log=print,

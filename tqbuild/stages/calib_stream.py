@@ -23,6 +23,7 @@ from ..io.source import Source
 from ..models import family_for
 from ..recipe import CalibrateParams
 from .layer_forward import LayerRunner
+from .sampling import sample_tokens
 
 RESIDENT_BYTES = 2 << 30  # materialised layers kept between tokens up to this many bytes
 
@@ -101,7 +102,7 @@ class StreamedModel:
         return mod
 
     @torch.no_grad()
-    def next_logits(self, ids: torch.Tensor, position: int, cache) -> torch.Tensor:
+    def next_logits(self, cache, ids: torch.Tensor, position: int) -> torch.Tensor:
         """float32 logits [b, V] of the last position after feeding `ids` [b, 1]."""
         cache.freeze(ids.shape[1])
         x = self.runner.embed(self.embed_w, ids)
@@ -111,23 +112,8 @@ class StreamedModel:
         return F.linear(self.norm(x[:, -1]), self.head).float()
 
 
-@torch.no_grad()
 def self_generated_streamed(source_dir: Path, p: CalibrateParams, device: str = "cpu",
                             resident_bytes: int = RESIDENT_BYTES) -> np.ndarray:
     model = StreamedModel(source_dir, device, resident_bytes)
-    g = torch.Generator().manual_seed(p.seed)
-    batch = p.batch_size or p.samples
-    out = []
-    for s in range(0, p.samples, batch):
-        b = min(batch, p.samples - s)
-        first = (torch.full((b, 1), model.bos) if model.bos is not None
-                 else torch.randint(0, model.vocab, (b, 1), generator=g))
-        cache = step_cache(model.runner.cfg)
-        ids, seq = first, [first]
-        for t in range(p.seq_len - 1):
-            logits = model.next_logits(ids, t, cache)
-            probs = torch.softmax(logits.double().cpu() / p.temperature, -1)
-            ids = torch.multinomial(probs, 1, generator=g)
-            seq.append(ids)
-        out.append(torch.cat(seq, 1))
-    return torch.cat(out).numpy().astype(np.int32)
+    return sample_tokens(p, model.bos, model.vocab, lambda: step_cache(model.runner.cfg),
+                         model.next_logits)
