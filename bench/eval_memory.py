@@ -1,7 +1,10 @@
-"""Peak memory of `tq-build eval` (teacher dump + candidate evaluation), whole
-model vs layer-streamed, on SmolLM2 (the q35 artifact) and on a synthetic
-llama with SmolLM2's layer shapes and 4× its layers (120, random weights).
-Each run is its own process (VmHWM), with a fresh work dir (no cached dump).
+"""Peak memory of `tq-build eval` (teacher dump + candidate evaluation) and of
+`tq-build sensitivity`, whole model vs layer-streamed, on SmolLM2 (the q35
+artifact) and on a synthetic llama with SmolLM2's layer shapes and 4× its
+layers (120, random weights). Each run is its own process (VmHWM), eval with a
+fresh work dir (no cached dump); sensitivity after its folded reference was
+built by another process (the build streams on its own), measuring the
+down_proj of the first and last layer at k = 2, 3, 4 (noise method, 512 tokens).
 
   python bench/eval_memory.py [--out bench/results/eval_memory-cpu.json]
 """
@@ -33,6 +36,50 @@ print(json.dumps({"peak_mib": int(hwm) / 1024, "seconds": time.perf_counter() - 
                   "perplexity": r["perplexity"], "source_perplexity": r["source_perplexity"],
                   "mean_kl": r["mean_kl"], "top1_agreement": r["top1_agreement"]}))
 """
+
+
+SENS_CHILD = """
+import sys, json, time
+from pathlib import Path
+from tqbuild.eval.sensitivity import fold_reference, sensitivity
+recipe, wd, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+if mode == "fold":
+    fold_reference(recipe, wd)
+    raise SystemExit
+t = time.perf_counter()
+table = sensitivity(recipe, method="noise", tokens=512, workdir=wd, stream=mode == "1",
+                    log=lambda m: None)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+print(json.dumps({"peak_mib": int(hwm) / 1024, "seconds": time.perf_counter() - t,
+                  "table": table}))
+"""
+
+SENS_RECIPE = """name: sens-mem
+source: {{path: {src}}}
+output: {out}
+stages:
+  - untie
+  - norm_fold
+  - rotate: {{r1: random_hadamard, r2: random_hadamard, seed: 42}}
+  - quantize:
+      default: {{bits: 4, group_size: 64}}
+      rules:
+        - {{match: 'layers\\.(0|{last})\\.mlp\\.down_proj$', format: trellis,
+           bits: {{kmap: k.json, budget: 3.0}}, trellis: {{T: 192, axis: 0}}}}
+"""
+
+
+def measure_sensitivity(src: Path, layers: int, tmp: Path) -> dict:
+    d = Path(tempfile.mkdtemp(dir=tmp))
+    (d / "r.yaml").write_text(SENS_RECIPE.format(src=src, out=d / "out", last=layers - 1))
+    run = [sys.executable, "-c", SENS_CHILD, str(d / "r.yaml"), str(d / "w")]
+    subprocess.run(run + ["fold"], capture_output=True, text=True, check=True, cwd=d)
+    out = {}
+    for stream in (False, True):
+        p = subprocess.run(run + [str(int(stream))], capture_output=True, text=True,
+                           check=True, cwd=d)
+        out[stream] = json.loads(p.stdout.strip().splitlines()[-1])
+    return out
 
 
 def measure(art: Path, src: Path, stream: bool) -> dict:
@@ -78,6 +125,18 @@ def main() -> None:
     cases = {"smollm2 (30 layers)": (ROOT / "out/smollm2-q35", src)}
     tmp = Path(tempfile.mkdtemp())
     cases["synthetic 120 layers"] = synthetic(src, tmp, 120)
+    sens = {}
+    for name, (_art, s) in cases.items():
+        layers = 120 if "120" in name else 30
+        both = measure_sensitivity(s, layers, tmp)
+        worst = max(abs(both[True]["table"][m][k] / both[False]["table"][m][k] - 1)
+                    for m in both[False]["table"] for k in both[False]["table"][m])
+        for stream, r in both.items():
+            sens[f"{name}, {'streamed' if stream else 'whole model'}"] = {
+                "peak_mib": r["peak_mib"], "seconds": r["seconds"]}
+            print(f"{name:22s} sensitivity {'streamed' if stream else 'whole':8s} peak "
+                  f"{r['peak_mib']:7.0f} MiB  {r['seconds']:6.1f} s", flush=True)
+        sens[f"{name}, largest relative difference streamed vs whole"] = worst
     for name, (art, s) in cases.items():
         for stream in (False, True):
             t = time.perf_counter()
@@ -89,7 +148,7 @@ def main() -> None:
     a.out.write_text(json.dumps({"host": host(), "protocol": "tq-build eval (teacher dump + "
                                  "candidate), 1024 tokens of the bundled text, windows of 512, "
                                  "no probe, fresh work dir, own process per row (VmHWM)",
-                                 "rows": rows}, indent=1) + "\n")
+                                 "rows": rows, "sensitivity": sens}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

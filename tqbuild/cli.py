@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 internal error, 2 bad input, 3 verification failed,
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -31,6 +32,7 @@ from .kernels.trellis_codes import CODES
 from .kv.goldens import check_file
 from .pipeline.api import Prepared, prepare, record_in_lock, run, up_to_date
 from .pipeline.distributed import Dist
+from .pipeline.evaluate import summary as quality_summary
 from .pipeline.events import JsonLog
 from .pipeline.executor import BuildOptions
 from .pipeline.launch import torchrun
@@ -154,6 +156,9 @@ def build(
     ranks = f", {dist.world} ranks" if dist.world > 1 else ""
     typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s), "
                f"{len(res.computed)}/{len(plan.units)} units computed{ranks})")
+    quality = json.loads((out / "optiq_metadata.json").read_text()).get("quality")
+    if quality:
+        typer.echo(quality_summary(quality))
 
 
 def default_lock_path(recipe: Path) -> Path:

@@ -44,7 +44,8 @@ from .streaming import reader_for
 METHODS = ("trellis", "noise", "affine")
 
 
-def fold_reference(recipe_path: Path, workdir: Path, overrides=()) -> tuple:
+def fold_reference(recipe_path: Path, workdir: Path, overrides=(), device: str = "cpu"
+                   ) -> tuple:
     """Build the recipe with only its fold stages (float32) -> (artifact, the
     recipe's plan before k allocation, source dir)."""
 
@@ -71,7 +72,7 @@ def fold_reference(recipe_path: Path, workdir: Path, overrides=()) -> tuple:
     source = Source(src_dir)
     if not (out / "config.json").is_file():
         build(compile_plan(ref_recipe, source), source, out,
-              BuildOptions(progress=False, force=True), gguf=gguf, workdir=workdir,
+              BuildOptions(progress=False, force=True, device=device), gguf=gguf, workdir=workdir,
               log=lambda m: None)
     plan = compile_plan(recipe, source, allocate=False)
     return out, plan, src_dir
@@ -127,7 +128,7 @@ def sensitivity(recipe_path: Path, *, method: str = "noise", tokens: int = 512,
     """{tensor: {k: mean KL}}. `stream` (default) holds one decoder layer at a
     time (see sweep); otherwise the folded reference is loaded whole. `timings`,
     if given, receives the per-layer seconds of the streamed sweep."""
-    ref_dir, plan, src_dir = fold_reference(recipe_path, workdir, overrides)
+    ref_dir, plan, src_dir = fold_reference(recipe_path, workdir, overrides, device)
     todo = targets(plan)
     if not todo:
         raise BadInput(f"{recipe_path} has no `bits: {{kmap, budget}}` rule to measure for",

@@ -85,3 +85,17 @@ def raise_if_failed(quality: dict | None, artifact: Path) -> None:
         raise GateFailed(f"quality gate failed for {artifact}: {'; '.join(gate['failures'])}",
                          fix="the artifact is written with the failure recorded (upload "
                          "refuses it); change the recipe or loosen `evaluate: {gate: ...}`")
+
+
+def summary(q: dict) -> str:
+    """One line for the terminal: the averages, the spread over texts, the probe."""
+    kls = [t["mean_kl"] for t in q["texts"]]
+    spread = f" [{min(kls):.4f}, {max(kls):.4f}]" if len(kls) > 1 else ""
+    e = q.get("eos_probe")
+    probe = (f", EOS probe {e['immediate_eos']} immediate / {e['empty']} empty of "
+             f"{e['prompts']}" if e else "")
+    ppl = ", ".join(f"{t['perplexity']:.2f} (source {t['source_perplexity']:.2f})"
+                    for t in q["texts"])
+    return (f"quality on {len(kls)} held-out text(s): mean KL {q['mean_kl']:.4f}{spread}, "
+            f"perplexity {ppl}, top-1 {100 * q['top1_agreement']:.1f} %{probe}; gate "
+            f"{'passed' if q['gate']['passed'] else 'FAILED'}")

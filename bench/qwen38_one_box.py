@@ -1,0 +1,164 @@
+"""The qwen38-q3 instruments on a Qwen3.8-27B-shaped checkpoint, one layer at a
+time: time per layer of `tq-build sensitivity` (streamed), of layer-streamed
+self-generated calibration and of the layer-streamed teacher/candidate
+evaluation, with peak host RSS and GPU memory, projected to the 64-layer model.
+
+    python bench/qwen38_one_box.py [--device cuda] [--layers 4] [--dir /tmp/q38]
+
+The checkpoint is random (bf16 safetensors, qwen3_5_text): hidden 5120,
+intermediate 17408, 24 query / 4 KV heads of 256, gated-delta linear attention
+(16 key / 48 value heads of 128) with a full-attention layer every 4th, vocab
+248320 — the 27B's shapes as far as they set the cost; the weights' values do
+not. Writes bench/results/qwen38_one_box-<device>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from hostinfo import host  # noqa: E402
+
+FULL_LAYERS = 64
+SHAPE = dict(hidden_size=5120, intermediate_size=17408, num_attention_heads=24,
+             num_key_value_heads=4, head_dim=256, linear_num_key_heads=16,
+             linear_num_value_heads=48, linear_key_head_dim=128, linear_value_head_dim=128,
+             linear_conv_kernel_dim=4, full_attention_interval=4, vocab_size=248320,
+             max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=False)
+
+
+TINY = dict(SHAPE, hidden_size=512, intermediate_size=1024, num_attention_heads=4, head_dim=64,
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
+            linear_value_head_dim=64, vocab_size=4096)  # --tiny: a smoke test of this script
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def make_checkpoint(d: Path, layers: int, device: str, shape: dict) -> float:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if (d / "config.json").is_file():
+        return 0.0
+    t = time.perf_counter()
+    types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+             for i in range(layers)]
+    cfg = AutoConfig.for_model("qwen3_5_text", num_hidden_layers=layers, layer_types=types,
+                               **shape)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.save_pretrained(d, max_shard_size="4GB")
+    del model
+    return time.perf_counter() - t
+
+
+def recipe(d: Path) -> Path:
+    r = yaml.safe_load((HERE.parent / "recipes/qwen38-q3.yaml").read_text())
+    r["source"] = {"path": str(d / "src")}
+    r["output"] = str(d / "out")
+    f = d / "qwen38-q3.yaml"
+    f.write_text(yaml.safe_dump(r, sort_keys=False))
+    return f
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/q38"))
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--method", default="noise")
+    ap.add_argument("--calib-steps", type=int, default=4)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--tiny", action="store_true")
+    a = ap.parse_args()
+    from tqbuild.eval.run import evaluate
+    from tqbuild.eval.sensitivity import fold_reference, sensitivity, write_table
+    from tqbuild.recipe import CalibrateParams
+    from tqbuild.stages.calib_stream import self_generated_streamed
+
+    shape = TINY if a.tiny else SHAPE
+    res: dict = {"host": host(), "device": a.device, "layers": a.layers, "shape": shape,
+                 "tokens": a.tokens}
+    a.dir.mkdir(parents=True, exist_ok=True)
+    res["checkpoint_seconds"] = make_checkpoint(a.dir / "src", a.layers, a.device, shape)
+    r = recipe(a.dir)
+    work = a.dir / "work"
+
+    def mark(name: str, t0: float, **extra) -> None:
+        gpu = (torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda")
+               else None)
+        res[name] = {"seconds": round(time.perf_counter() - t0, 2),
+                     "peak_rss_mib_so_far": round(peak_rss_mib()), "peak_gpu_gib": gpu,
+                     **extra}
+        print(name, json.dumps(res[name]), flush=True)
+        if a.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+
+    t0 = time.perf_counter()
+    ref_dir, _, _ = fold_reference(r, work, device=a.device)
+    mark("fold_reference_build", t0)
+
+    timings: dict = {}
+    t0 = time.perf_counter()
+    table = sensitivity(r, method=a.method, tokens=a.tokens, workdir=work, stream=True,
+                        device=a.device, timings=timings, log=lambda m: None)
+    per_layer = timings["seconds_per_layer"]
+    write_table(table, a.dir / "qwen38-q3.kmap.json", {"method": a.method})
+    # each layer's own branches cost the same everywhere; the reference pass of
+    # every open candidate grows with depth: project with the measured per-candidate-
+    # pass cost over the full model's triangle
+    cands = sum(len(v) for v in table.values()) // a.layers
+    mark("sensitivity", t0, method=a.method, candidates_per_layer=cands,
+         seconds_per_layer=[round(x, 2) for x in per_layer])
+
+    steps = a.calib_steps
+    p = CalibrateParams(samples=512, seq_len=steps + 1, stream=True)
+    t0 = time.perf_counter()
+    self_generated_streamed(a.dir / "src", p, a.device, resident_bytes=0)
+    sec = time.perf_counter() - t0
+    mark("calibration_sampling", t0, samples=512, steps=steps,
+         seconds_per_step_per_layer=round(sec / steps / a.layers, 4))
+
+    t0 = time.perf_counter()
+    e = evaluate(ref_dir, a.dir / "src", tokens=a.tokens, window=a.tokens, device=a.device,
+                 workdir=work, probe=False, stream=True)
+    mark("eval_streamed", t0, mean_kl=e["mean_kl"])
+
+    L, N = a.layers, FULL_LAYERS
+    first = per_layer[0]
+    # layer i runs (1 + open candidates) passes: fit a + b·open on the measured layers
+    opens = [cands * i for i in range(L)]
+    b = (per_layer[-1] - first) / max(opens[-1] - opens[0], 1)
+    proj_sens = sum(first + b * cands * i for i in range(N))
+    res["projection_64_layers"] = {
+        "sensitivity_seconds": round(proj_sens, 1),
+        "sensitivity_seconds_per_layer_mean": round(proj_sens / N, 2),
+        "calibration_512x128_seconds": round(
+            res["calibration_sampling"]["seconds_per_step_per_layer"] * 127 * N, 1),
+        "eval_seconds_per_layer": round(res["eval_streamed"]["seconds"] / L, 2),
+        "note": "sensitivity: measured first-layer time plus the measured cost per open "
+                "candidate, over 64 layers (open candidates grow by one layer's worth per "
+                "layer); calibration: measured seconds per token step per layer × 127 steps "
+                "× 64 layers, no layer resident (each step re-reads every layer)"}
+    print(json.dumps(res["projection_64_layers"], indent=1))
+    if a.tiny:
+        return
+    out = a.out or HERE / "results" / f"qwen38_one_box-{a.device.split(':')[0]}.json"
+    out.write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
