@@ -61,6 +61,10 @@ def make_checkpoint(d: Path, layers: int, device: str, shape: dict) -> float:
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(d, max_shard_size="4GB")
     del model
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from tiny import save_char_tokenizer  # a character tokenizer: the eval text needs one
+
+    save_char_tokenizer(d, vocab_size=100)
     return time.perf_counter() - t
 
 

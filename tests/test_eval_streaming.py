@@ -1,6 +1,7 @@
 """Layer-streamed evaluation (eval/streaming.py): the same logits as the whole
 model for sources and artifacts of several families, the same eval numbers,
-and a peak memory that does not grow with the number of layers."""
+and a peak memory that does not grow with the number of layers (evaluation,
+layer-streamed calibration sampling, the sensitivity sweep)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,18 @@ src, mode = Path(sys.argv[1]), sys.argv[2]
 ids = torch.arange(64) % 60 + 2
 if mode == "stream":
     stream_logits(SourceReader(src), ids, 32, lambda s, lg: None)
+elif mode == "sample":  # layer-streamed calibration sampling, no layer kept resident
+    from tqbuild.recipe import CalibrateParams
+    from tqbuild.stages.calib_stream import self_generated_streamed
+    self_generated_streamed(src, CalibrateParams(samples=2, seq_len=8), resident_bytes=0)
+elif mode == "sens":  # the sensitivity sweep, a candidate in the first and the last layer
+    from types import SimpleNamespace
+    from tqbuild.eval.sensitivity import sweep
+    n = SourceReader(src).config["num_hidden_layers"]
+    spec = SimpleNamespace(format="affine", group_size=64)
+    hf = {{f"l{{i}}": f"model.layers.{{i}}.mlp.down_proj.weight" for i in (0, n - 1)}}
+    sweep(SourceReader(src), ids, 32, {{m: (spec, (4,)) for m in hf}}, hf, "noise", "cpu",
+          lambda m: None)
 else:
     from transformers import AutoModelForCausalLM
     m = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
@@ -107,8 +120,10 @@ def _peak_mib(src: Path, mode: str) -> float:
 
 
 @pytest.mark.slow
-def test_streamed_peak_memory_is_flat_in_the_number_of_layers(tmp_path):
-    """Layers of 64 MiB (float32): 4 vs 8 of them."""
+@pytest.mark.parametrize("mode", ["stream", "sample", "sens"])
+def test_streamed_peak_memory_is_flat_in_the_number_of_layers(tmp_path, mode):
+    """Layers of 64 MiB (float32): 4 vs 8 of them; evaluation logits, calibration
+    sampling and the sensitivity sweep."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     srcs = {}
@@ -122,8 +137,9 @@ def test_streamed_peak_memory_is_flat_in_the_number_of_layers(tmp_path):
         m.save_pretrained(tmp_path / f"l{n}")
         srcs[n] = tmp_path / f"l{n}"
         del m
-    s4, s8 = _peak_mib(srcs[4], "stream"), _peak_mib(srcs[8], "stream")
+    s4, s8 = _peak_mib(srcs[4], mode), _peak_mib(srcs[8], mode)
     whole8 = _peak_mib(srcs[8], "whole")
-    print(json.dumps({"peak_mib": {"stream4": s4, "stream8": s8, "whole8": whole8}}))
+    print(json.dumps({"peak_mib": {"mode": mode, "stream4": s4, "stream8": s8,
+                                   "whole8": whole8}}))
     assert s8 <= 1.1 * s4, (s4, s8)
     assert whole8 - s8 > 250, (whole8, s8)  # the whole model holds 512 MiB of layers

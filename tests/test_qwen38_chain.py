@@ -51,3 +51,7 @@ def test_qwen38_q3_sensitivity_kmap_build_eval(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     e = json.loads((tmp_path / "e.json").read_text())
     assert 0 < e["mean_kl"] < 5 and e["perplexity"] > 1
+
+    p = cli(tmp_path, "verify", "out", "--source", src, "--stream", "--no-runtimes")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert '"streamed": true' in p.stdout

@@ -262,6 +262,9 @@ def verify_cmd(
     device: Annotated[str, typer.Option(help="cpu | cuda[:N]")] = "cpu",
     runtimes: Annotated[bool, typer.Option(help="Compare the torch and MLX runtimes' "
                                            "logits on a fixed prompt.")] = True,
+    stream: Annotated[bool, typer.Option(help="--source quality one decoder layer at a time "
+                                         "(no greedy speed: that needs the whole model).")
+                      ] = False,
 ) -> None:
     """Check an artifact: every quantized module decodes to the values its build
     recorded (bit-exact); the runtimes agree on a fixed prompt; with --locked, every
@@ -277,10 +280,11 @@ def verify_cmd(
         typer.echo(json.dumps(info))
     if source is not None and not problems:
         r = evaluate(artifact, source, device=device, probe=False, tokens=1024,
-                     workdir=Path(".tq-work"))
+                     workdir=Path(".tq-work"), stream=stream)
         typer.echo(json.dumps({k: r[k] for k in ("perplexity", "mean_kl", "top1_agreement",
-                                                  "bits_per_weight", "device")}))
-        typer.echo(json.dumps(_greedy_speed(artifact, device)))
+                                                  "bits_per_weight", "device", "streamed")}))
+        if not stream:
+            typer.echo(json.dumps(_greedy_speed(artifact, device)))
     for p in problems:
         typer.echo(f"FAIL {p}", err=True)
     if problems:

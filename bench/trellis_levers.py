@@ -1,0 +1,143 @@
+"""Issue 21's levers on issue 21's exact W and H (full size, on the GPU), each
+next to the plain L = 12 baseline and exllamav3's recorded proxies:
+
+    python bench/trellis_levers.py [--ks 2,3,4] [--shapes gate,down]
+
+W = 0.02·randn(out, in) on a CUDA generator (seed 10 gate / 11 down); H = XᵀX,
+X = randn(rows, n) @ (I + 0.05·randn(n, n)) in float32 on the GPU (one
+generator, seed 20 / 21; rows 16384 for n = 5120, 34816 for n = 17408), passed
+as float64. Proxy tr(EHEᵀ)/tr(WHWᵀ) and relative MSE in the original basis.
+
+Arms: L = 12 / 16; `refit` (Hessian-weighted scale refit after coding,
+stages/trellis_refit.py); `damp` (LDLQ damping × mean diag H); `alpha` (every
+sequence scale × alpha: the code's unit-variance assumption vs the fed-back
+sequence's variance); `had_in` / `had_both` (random signs + 128-block
+Hadamard on the input side / on both sides, per tensor, undone exactly before
+the proxy is taken — what exllamav3 does per tensor; a runtime would have to
+apply it online). Writes bench/results/trellis_levers-cuda.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import torch  # noqa: E402
+from hostinfo import host  # noqa: E402
+
+import tqbuild.stages.trellis as trellis  # noqa: E402
+from tqbuild.kernels.hadamard import sylvester  # noqa: E402
+from tqbuild.kernels.viterbi import code_tensor  # noqa: E402
+from tqbuild.stages.guard import proxy_loss  # noqa: E402
+from tqbuild.stages.trellis import Geometry, trellis_guarded  # noqa: E402
+from tqbuild.stages.trellis_refit import refit_scales  # noqa: E402
+
+EXL3 = {("gate", 2): 0.0351, ("gate", 3): 0.00824, ("gate", 4): 0.00207,
+        ("down", 2): 0.0328, ("down", 3): 0.00767, ("down", 4): 0.00192}
+SHAPES = {"gate": (17408, 5120, 1, 10, 20), "down": (5120, 17408, 0, 11, 21)}
+
+
+def inputs(name: str, dev: str, small: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    out, inp, _, ws, hs = SHAPES[name]
+    if small:  # --small: a smoke test of this script
+        out, inp = (1024, 256) if name == "gate" else (256, 1024)
+    w = 0.02 * torch.randn(out, inp, device=dev, generator=torch.Generator(dev).manual_seed(ws))
+    g = torch.Generator(dev).manual_seed(hs)
+    rows = 16384 if inp == 5120 else 34816 if inp == 17408 else 4 * inp
+    x = torch.randn(rows, inp, device=dev, generator=g)
+    mix = torch.eye(inp, device=dev) + 0.05 * torch.randn(inp, inp, device=dev, generator=g)
+    x = x @ mix
+    return w, (x.T @ x).double()
+
+
+def block_hadamard(n: int, seed: int, dev: str) -> torch.Tensor:
+    """Orthogonal [n, n]: random signs then a 128-block Sylvester Hadamard."""
+    h = torch.tensor(sylvester(128), dtype=torch.float64, device=dev) / 128 ** 0.5
+    signs = torch.randint(0, 2, (n,), generator=torch.Generator().manual_seed(seed)) * 2 - 1
+    blocks = torch.block_diag(*[h] * (n // 128))
+    return signs.to(dev, torch.float64)[:, None] * blocks
+
+
+def run(w, h, geo: Geometry, damp: float, alpha: float, refit: bool, had: str) -> dict:
+    dev = w.device.type
+    W, H = w.double(), h
+    Ri = Ro = None
+    if had in ("in", "both"):
+        Ri = block_hadamard(w.shape[1], 1, dev)
+        W, H = W @ Ri, Ri.T @ H @ Ri
+    if had == "both":
+        Ro = block_hadamard(w.shape[0], 2, dev)
+        W = Ro.T @ W
+    orig = trellis.sequence_scales
+    trellis.sequence_scales = lambda m, axis: (orig(m, axis).float() * alpha).to(torch.float16)
+    try:
+        t = time.perf_counter()
+        r = trellis_guarded(W.float(), H, geo, damp=damp)
+        secs = time.perf_counter() - t
+    finally:
+        trellis.sequence_scales = orig
+    q = r.recon.double()
+    if refit:
+        codes = code_tensor(geo.code, geo.L, w.device)[r.states]
+        codes = codes if geo.axis == 1 else codes.T
+        s = refit_scales(W.float(), codes, r.scales, H, geo.axis).double()
+        q = codes.double() * (s[:, None] if geo.axis == 1 else s[None, :])
+    if Ro is not None:
+        q = Ro @ q
+    if Ri is not None:
+        q = q @ Ri.T
+    ref = float(((w.double() @ h) * w.double()).sum())
+    return {"proxy": proxy_loss(w, q.float(), h) / ref,
+            "rel_mse": float((q - w.double()).pow(2).sum() / w.double().pow(2).sum()),
+            "seconds": round(secs, 2), "method": r.method}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ks", default="2,3,4")
+    ap.add_argument("--shapes", default="gate,down")
+    ap.add_argument("--arms", default="all")
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "trellis_levers-cuda.json")
+    a = ap.parse_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    arms = {  # name -> (L, damp, alpha, refit, had)
+        "L12": (12, 0.01, 1.0, False, "none"),
+        "L16": (16, 0.01, 1.0, False, "none"),
+        "L16 refit": (16, 0.01, 1.0, True, "none"),
+        "L16 damp 0.025": (16, 0.025, 1.0, False, "none"),
+        "L16 damp 0.003": (16, 0.003, 1.0, False, "none"),
+        "L16 alpha 0.95": (16, 0.01, 0.95, False, "none"),
+        "L16 alpha 1.05": (16, 0.01, 1.05, False, "none"),
+        "L16 had_in": (16, 0.01, 1.0, False, "in"),
+        "L16 had_both": (16, 0.01, 1.0, False, "both"),
+    }
+    if a.arms != "all":
+        arms = {k: v for k, v in arms.items() if k in a.arms.split(";")}
+    res: dict = {"host": host(), "rows": [], "exl3": {f"{s} k{k}": v for (s, k), v in
+                                                       EXL3.items()}}
+    for name in a.shapes.split(","):
+        w, h = inputs(name, dev, a.small)
+        axis = SHAPES[name][2]
+        for k in (int(x) for x in a.ks.split(",")):
+            for arm, (L, damp, alpha, refit, had) in arms.items():
+                geo = Geometry(L=L, k=k, T=256, code="1mad", axis=axis, group=128)
+                row = {"tensor": name, "k": k, "arm": arm,
+                       **run(w, h, geo, damp, alpha, refit, had)}
+                row["vs_exl3"] = row["proxy"] / EXL3[(name, k)] - 1
+                print(json.dumps(row), flush=True)
+                res["rows"].append(row)
+                a.out.parent.mkdir(parents=True, exist_ok=True)
+                a.out.write_text(json.dumps(res, indent=1) + "\n")
+        del w, h
+
+
+if __name__ == "__main__":
+    main()
