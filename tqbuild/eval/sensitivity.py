@@ -192,8 +192,10 @@ def sweep(reader, ids: torch.Tensor, window: int, todo: dict, hf: dict[str, str]
         prefix = f"{fam.layer_prefix}{i}."
         rel = {k[len(prefix):]: reader.get(k) for k in keys if k.startswith(prefix)}
         layer = runner.layer(i, rel)
+        t1, open_now = time.perf_counter(), len(acts)
         for c, windows in acts.items():
             acts[c] = [runner.run(i, layer, x) for x in windows]
+        t_open = time.perf_counter() - t1
         for m, k in place.get(i, []):
             name = hf[m][len(prefix):]
             q = _quantized(rel[name].to(device), todo[m][0], k, method, m)
@@ -202,8 +204,10 @@ def sweep(reader, ids: torch.Tensor, window: int, todo: dict, hf: dict[str, str]
         xs = [runner.run(i, layer, x) for x in xs]
         del layer, rel
         sec = time.perf_counter() - t0
-        if timings is not None:
+        if timings is not None:  # per layer: all, the open candidates' share, their count
             timings.setdefault("seconds_per_layer", []).append(sec)
+            timings.setdefault("open_seconds", []).append(t_open)
+            timings.setdefault("open_candidates", []).append(open_now)
         log(f"layer {i + 1}/{layers}: {len(place.get(i, []))} candidates branched, "
             f"{len(acts)} open, {sec:.1f} s")
     norm = runner.final_norm(reader.get(f"{fam.final_norm}.weight"))

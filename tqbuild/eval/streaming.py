@@ -36,8 +36,8 @@ class SourceReader:
     def keys(self) -> list[str]:
         return self.source.keys()
 
-    def get(self, name: str) -> torch.Tensor:
-        return self.source.get(name)
+    def get(self, name: str, device: torch.device | str | None = None) -> torch.Tensor:
+        return self.source.get(name, device)
 
 
 class ArtifactReader:

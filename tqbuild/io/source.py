@@ -97,12 +97,14 @@ class Source:
     def shape(self, name: str) -> tuple[int, ...]:
         return self._shapes[name]
 
-    def get(self, name: str) -> torch.Tensor:
-        """The tensor as float32; NaN/Inf is an error naming it."""
+    def get(self, name: str, device: torch.device | str | None = None) -> torch.Tensor:
+        """The tensor as float32 (converted and checked on `device`, default CPU);
+        NaN/Inf is an error naming it."""
         if name not in self._where:
             raise SourceError(f"tensor {name} is missing from the source", where=str(self.path),
                               fix="check that the checkpoint is complete")
-        t = self._open(self._where[name]).get_tensor(self._stored[name]).to(torch.float32)
+        t = self._open(self._where[name]).get_tensor(self._stored[name])
+        t = (t.to(device) if device is not None else t).to(torch.float32)
         if not torch.isfinite(t).all():
             bad = int((~torch.isfinite(t)).sum())
             raise SourceError(f"tensor {name} holds {bad} NaN/Inf values",

@@ -93,7 +93,7 @@ class StreamedModel:
         if i in self._resident:
             return self._resident[i]
         prefix = f"{self.fam.layer_prefix}{i}."
-        mod = self.runner.layer(i, {k[len(prefix):]: self.source.get(k)
+        mod = self.runner.layer(i, {k[len(prefix):]: self.source.get(k, self.runner.device)
                                     for k in self._by_layer.get(i, [])})
         size = sum(p.numel() * p.element_size() for p in mod.parameters())
         if self._resident_bytes + size <= self.budget:
