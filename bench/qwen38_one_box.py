@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -40,10 +39,6 @@ SHAPE = dict(hidden_size=5120, intermediate_size=17408, num_attention_heads=24,
 TINY = dict(SHAPE, hidden_size=512, intermediate_size=1024, num_attention_heads=4, head_dim=64,
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
             linear_value_head_dim=64, vocab_size=4096)  # --tiny: a smoke test of this script
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def make_checkpoint(d: Path, layers: int, device: str, shape: dict) -> float:
@@ -77,7 +72,57 @@ def recipe(d: Path) -> Path:
     return f
 
 
+def vm_hwm_mib() -> float:
+    line = next(x for x in open("/proc/self/status") if x.startswith("VmHWM"))
+    return int(line.split()[1]) / 1024
+
+
+def phase(name: str, a) -> dict:
+    """One measurement, run in its own process (its peak RSS is its own)."""
+    from tqbuild.eval.run import evaluate
+    from tqbuild.eval.sensitivity import fold_reference, sensitivity, write_table
+    from tqbuild.recipe import CalibrateParams
+    from tqbuild.stages.calib_stream import self_generated_streamed
+
+    shape = TINY if a.tiny else SHAPE
+    r, work, src = a.dir / "qwen38-q3.yaml", a.dir / "work", a.dir / "src"
+    out: dict = {}
+    t0 = time.perf_counter()
+    if name == "checkpoint":
+        make_checkpoint(src, a.layers, a.device, shape)
+        recipe(a.dir)
+    elif name == "fold_reference_build":
+        fold_reference(r, work, device=a.device)
+    elif name == "sensitivity":
+        timings: dict = {}
+        table = sensitivity(r, method=a.method, tokens=a.tokens, workdir=work, stream=True,
+                            device=a.device, timings=timings, log=lambda m: None)
+        write_table(table, a.dir / "qwen38-q3.kmap.json", {"method": a.method})
+        out = {"method": a.method, "timings": timings,
+               "candidates_per_layer": sum(len(v) for v in table.values()) // a.layers}
+    elif name.startswith("calibration_sampling"):
+        p = CalibrateParams(samples=512, seq_len=a.calib_steps + 1, stream=True)
+        resident = 1 << 40 if name.endswith("resident") else 0
+        self_generated_streamed(src, p, a.device, resident_bytes=resident)
+        out = {"samples": 512, "steps": a.calib_steps, "seconds_per_step_per_layer": round(
+            (time.perf_counter() - t0) / a.calib_steps / a.layers, 4)}
+    elif name == "eval_streamed":
+        e = evaluate(a.dir / "work" / "qwen38-q3" / "sensitivity" / "fold", src,
+                     tokens=a.tokens, window=a.tokens, device=a.device, workdir=work,
+                     probe=False, stream=True)
+        out = {"mean_kl": e["mean_kl"]}
+    gpu = (torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda") else None)
+    return {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_mib": round(vm_hwm_mib()),
+            "peak_gpu_gib": gpu, **out}
+
+
+PHASES = ["checkpoint", "fold_reference_build", "sensitivity", "calibration_sampling",
+          "calibration_sampling_resident", "eval_streamed"]
+
+
 def main() -> None:
+    import subprocess
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--layers", type=int, default=4)
@@ -87,65 +132,28 @@ def main() -> None:
     ap.add_argument("--calib-steps", type=int, default=7)  # seq_len >= 8
     ap.add_argument("--out", type=Path)
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--phase")
     a = ap.parse_args()
-    from tqbuild.eval.run import evaluate
-    from tqbuild.eval.sensitivity import fold_reference, sensitivity, write_table
-    from tqbuild.recipe import CalibrateParams
-    from tqbuild.stages.calib_stream import self_generated_streamed
-
-    shape = TINY if a.tiny else SHAPE
-    res: dict = {"host": host(), "device": a.device, "layers": a.layers, "shape": shape,
-                 "tokens": a.tokens}
+    if a.phase:
+        print("PHASE " + json.dumps(phase(a.phase, a)), flush=True)
+        return
     a.dir.mkdir(parents=True, exist_ok=True)
-    res["checkpoint_seconds"] = make_checkpoint(a.dir / "src", a.layers, a.device, shape)
-    r = recipe(a.dir)
-    work = a.dir / "work"
-
-    def mark(name: str, t0: float, **extra) -> None:
-        gpu = (torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda")
-               else None)
-        res[name] = {"seconds": round(time.perf_counter() - t0, 2),
-                     "peak_rss_mib_so_far": round(peak_rss_mib()), "peak_gpu_gib": gpu,
-                     **extra}
-        print(name, json.dumps(res[name]), flush=True)
-        if a.device.startswith("cuda"):
-            torch.cuda.reset_peak_memory_stats()
-
-    t0 = time.perf_counter()
-    ref_dir, _, _ = fold_reference(r, work, device=a.device)
-    mark("fold_reference_build", t0)
-
-    timings: dict = {}
-    t0 = time.perf_counter()
-    table = sensitivity(r, method=a.method, tokens=a.tokens, workdir=work, stream=True,
-                        device=a.device, timings=timings, log=lambda m: None)
+    res: dict = {"host": host(), "device": a.device, "layers": a.layers,
+                 "shape": TINY if a.tiny else SHAPE, "tokens": a.tokens,
+                 "protocol": "each phase in its own process: peak_rss_mib is that process's "
+                             "VmHWM, peak_gpu_gib torch's allocator peak"}
+    for name in PHASES:
+        p = subprocess.run([sys.executable, __file__, "--phase", name, *sys.argv[1:]],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"{name} failed: {p.stderr[-3000:]}")
+        res[name] = json.loads(p.stdout.split("PHASE ", 1)[1])
+        print(name, json.dumps({k: v for k, v in res[name].items() if k != "timings"}),
+              flush=True)
+    timings = res["sensitivity"].pop("timings")
     per_layer = timings["seconds_per_layer"]
-    write_table(table, a.dir / "qwen38-q3.kmap.json", {"method": a.method})
-    # each layer's own branches cost the same everywhere; the reference pass of
-    # every open candidate grows with depth: project with the measured per-candidate-
-    # pass cost over the full model's triangle
-    cands = sum(len(v) for v in table.values()) // a.layers
-    mark("sensitivity", t0, method=a.method, candidates_per_layer=cands,
-         seconds_per_layer=[round(x, 2) for x in per_layer])
-
-    steps = a.calib_steps
-    p = CalibrateParams(samples=512, seq_len=steps + 1, stream=True)
-    t0 = time.perf_counter()
-    self_generated_streamed(a.dir / "src", p, a.device, resident_bytes=0)
-    sec = time.perf_counter() - t0
-    mark("calibration_sampling", t0, samples=512, steps=steps,
-         seconds_per_step_per_layer=round(sec / steps / a.layers, 4))
-    t0 = time.perf_counter()  # the same with every layer kept resident on the device
-    self_generated_streamed(a.dir / "src", p, a.device, resident_bytes=1 << 40)
-    sec = time.perf_counter() - t0
-    mark("calibration_sampling_resident", t0, samples=512, steps=steps,
-         seconds_per_step_per_layer=round(sec / steps / a.layers, 4))
-
-    t0 = time.perf_counter()
-    e = evaluate(ref_dir, a.dir / "src", tokens=a.tokens, window=a.tokens, device=a.device,
-                 workdir=work, probe=False, stream=True)
-    mark("eval_streamed", t0, mean_kl=e["mean_kl"])
-
+    res["sensitivity"]["seconds_per_layer"] = [round(x, 2) for x in per_layer]
+    cands = res["sensitivity"]["candidates_per_layer"]
     N = FULL_LAYERS
     opened = sum(timings["open_candidates"])
     per_pass = sum(timings["open_seconds"]) / max(opened, 1)  # one open candidate, one layer
