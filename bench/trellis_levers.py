@@ -121,7 +121,9 @@ def main() -> None:
         "L16 alpha 1.10": (16, 0.01, 1.10, False, "none"),
         "L16 alpha 1.15": (16, 0.01, 1.15, False, "none"),
         "L16 alpha 1.10 refit": (16, 0.01, 1.10, True, "none"),
+        "L12 alpha 1.05": (12, 0.01, 1.05, False, "none"),
         "L12 alpha 1.10": (12, 0.01, 1.10, False, "none"),
+        "L12 alpha 1.15": (12, 0.01, 1.15, False, "none"),
     }
     if a.arms != "all":
         arms = {k: v for k, v in arms.items() if k in a.arms.split(";")}
