@@ -7,6 +7,7 @@ import json
 
 import pytest
 from cli_run import cli
+from conftest import write_recipe
 from tiny import make_model, save_bf16
 
 from tqbuild.eval.sensitivity import sensitivity
@@ -60,21 +61,13 @@ def test_streamed_sensitivity_equals_the_whole_model(tmp_path, family, method):
     """One pass over the layers (candidates branching at their layer) gives the
     numbers of quantizing one tensor in the whole loaded model."""
     src = save_bf16(make_model(family), tmp_path / "src")
-    r1 = "off" if family == "gemma3_text" else "random_hadamard"
-    (tmp_path / "r.yaml").write_text(f"""name: sens
-source: {{path: {src}}}
-output: out
-stages:
-  - untie
-  - norm_fold
-  - rotate: {{r1: {r1}, r2: off}}
-  - quantize:
-      default: {{bits: 4, group_size: 32}}
-      rules:
-        - {{match: 'mlp\\.(gate|up|down)_proj$', format: trellis,
-           bits: {{kmap: sens.json, budget: 3.0}}, trellis: {{T: 64}}}}
-        - {{match: 'lm_head', bits: {{kmap: sens.json, budget: 6, choices: [4, 8]}}}}
-""")
+    write_recipe(tmp_path / "r.yaml", source=src, name="sens", output="out", stages=[
+        "untie", "norm_fold", {"rotate": {"r1": "random_hadamard", "r2": "off"}},
+        {"quantize": {"default": {"bits": 4, "group_size": 32}, "rules": [
+            {"match": r"mlp\.(gate|up|down)_proj$", "format": "trellis",
+             "bits": {"kmap": "sens.json", "budget": 3.0}, "trellis": {"T": 64}},
+            {"match": "lm_head", "bits": {"kmap": "sens.json", "budget": 6,
+                                          "choices": [4, 8]}}]}}])
     kw = dict(method=method, tokens=96, window=32, workdir=tmp_path / "w", log=lambda m: None)
     timings: dict = {}
     streamed = sensitivity(tmp_path / "r.yaml", stream=True, timings=timings, **kw)
