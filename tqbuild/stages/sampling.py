@@ -12,13 +12,16 @@ from ..recipe import CalibrateParams
 
 
 def draw(logits: torch.Tensor, p: CalibrateParams, g: torch.Generator) -> torch.Tensor:
-    """Next tokens [b, 1] from float logits [b, V] at `temperature` (float64 softmax)."""
-    probs = torch.softmax(logits.double().cpu() / p.temperature, -1)
+    """Next tokens [b, 1] (CPU) from float logits [b, V] at `temperature` (float64
+    softmax). Version 2 computes on the logits' device (the uniforms come from the
+    CPU generator), so a GPU build does not move [b, V] float64 to the host."""
     if p.version == 1:
+        probs = torch.softmax(logits.double().cpu() / p.temperature, -1)
         return torch.multinomial(probs, 1, generator=g)
-    cdf = probs.cumsum(-1)
-    u = torch.rand(probs.shape[0], 1, generator=g, dtype=torch.float64)
-    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max(probs.shape[1] - 1)
+    cdf = torch.softmax(logits.double() / p.temperature, -1).cumsum(-1)
+    u = torch.rand(cdf.shape[0], 1, generator=g, dtype=torch.float64).to(cdf.device)
+    pick = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max(cdf.shape[1] - 1)
+    return pick.cpu()
 
 
 @torch.no_grad()
