@@ -43,6 +43,8 @@ def test_quality_recorded_in_metadata_and_card(tmp_path, src_with_tokenizer):
                for t in q["texts"])
     assert q["mean_kl"] == pytest.approx(sum(t["mean_kl"] for t in q["texts"]) / 2)
     assert q["eos_probe"]["prompts"] > 0
+    assert f"quality on 2 held-out text(s): mean KL {q['mean_kl']:.4f}" in p.stdout
+    assert "gate passed" in p.stdout
     assert q["gate"] == {"max_kl": 10.0, "eos_probe_failures": 100, "passed": True,
                          "failures": []}
     card = (tmp_path / "out" / "README.md").read_text()

@@ -6,7 +6,6 @@ Exit codes: 0 ok, 1 internal error, 2 bad input, 3 verification failed,
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -156,9 +155,8 @@ def build(
     ranks = f", {dist.world} ranks" if dist.world > 1 else ""
     typer.echo(f"built {out} in {res.seconds:.1f} s ({len(res.shards)} shard(s), "
                f"{len(res.computed)}/{len(plan.units)} units computed{ranks})")
-    quality = json.loads((out / "optiq_metadata.json").read_text()).get("quality")
-    if quality:
-        typer.echo(quality_summary(quality))
+    if res.quality:
+        typer.echo(quality_summary(res.quality))
 
 
 def default_lock_path(recipe: Path) -> Path:

@@ -30,12 +30,11 @@ from ..io.layout import to_hf
 from ..io.resolve import resolve_source
 from ..io.source import Source
 from ..kernels.codec_check import PUBLISHED
-from ..models import family_for
 from ..pipeline.executor import BuildOptions, build
 from ..pipeline.graph import compile_plan
 from ..recipe import AFFINE_BITS, KMap, apply_override, load
 from ..runtime.torch_load import load_torch
-from ..stages.layer_forward import LayerRunner
+from ..stages.layer_forward import LayerRunner, layer_tensors, text_family
 from ..stages.trellis import geometry, sequence_scales, trellis_plain
 from .metrics import compare, forward_logits
 from .run import DEFAULT_TEXT
@@ -163,10 +162,8 @@ def sweep(reader, ids: torch.Tensor, window: int, todo: dict, hf: dict[str, str]
     tensor quantized) and then follow the reference layers; each layer is read
     once. Peak memory: one layer + the hidden states of the reference and of
     every open candidate ([tokens, hidden] each) + the teacher's logits."""
-    config = reader.config
-    tc = config.get("text_config", config)
-    fam = family_for(tc.get("model_type", config.get("model_type")))
-    runner = LayerRunner(config, fam, device)
+    tc, fam = text_family(reader.config)
+    runner = LayerRunner(reader.config, fam, device)
     layers = int(tc["num_hidden_layers"])
     keys = set(reader.keys())
     embed_name, head_name = f"{fam.embed}.weight", f"{fam.lm_head}.weight"
@@ -189,15 +186,14 @@ def sweep(reader, ids: torch.Tensor, window: int, todo: dict, hf: dict[str, str]
             for m, k in place.get(-1, [])}
     for i in range(layers):
         t0 = time.perf_counter()
-        prefix = f"{fam.layer_prefix}{i}."
-        rel = {k[len(prefix):]: reader.get(k) for k in keys if k.startswith(prefix)}
+        rel = layer_tensors(reader.get, keys, fam, i)
         layer = runner.layer(i, rel)
         t1, open_now = time.perf_counter(), len(acts)
         for c, windows in acts.items():
             acts[c] = [runner.run(i, layer, x) for x in windows]
         t_open = time.perf_counter() - t1
         for m, k in place.get(i, []):
-            name = hf[m][len(prefix):]
+            name = hf[m][len(f"{fam.layer_prefix}{i}."):]
             q = _quantized(rel[name].to(device), todo[m][0], k, method, m)
             branch = runner.layer(i, {**rel, name: q})
             acts[(m, k)] = [runner.run(i, branch, x) for x in xs]

@@ -25,7 +25,7 @@ from ..formats.dequant import dequantize_module, entry_for
 from ..io.layout import to_hf
 from ..io.source import Source
 from ..models import family_for
-from ..stages.layer_forward import LayerRunner
+from ..stages.layer_forward import LayerRunner, layer_tensors, text_family
 
 
 class SourceReader:
@@ -101,17 +101,14 @@ def stream_logits(reader, ids: torch.Tensor, window: int, on_window: Callable,
                   device: str = "cpu") -> None:
     """Calls on_window(start, float32 logits [t, V]) for each window of `ids`
     (independent windows, as eval.metrics.forward_logits)."""
-    config = reader.config
-    tc = config.get("text_config", config)
-    fam = family_for(tc.get("model_type", config.get("model_type")))
-    runner = LayerRunner(config, fam, device)
+    tc, fam = text_family(reader.config)
+    runner = LayerRunner(reader.config, fam, device)
     embed = reader.get(f"{fam.embed}.weight")
     starts = list(range(0, ids.numel(), window))
     xs = [runner.embed(embed, ids[s:s + window])[None] for s in starts]
     keys = reader.keys()
     for i in range(int(tc["num_hidden_layers"])):
-        prefix = f"{fam.layer_prefix}{i}."
-        rel = {k[len(prefix):]: reader.get(k) for k in keys if k.startswith(prefix)}
+        rel = layer_tensors(reader.get, keys, fam, i)
         layer = runner.layer(i, rel)
         del rel
         xs = [runner.run(i, layer, x) for x in xs]

@@ -60,6 +60,7 @@ class BuildResult:
     shards: list[str]
     modules: dict
     computed: list[str] = field(default_factory=list)  # units (re)computed this run
+    quality: dict | None = None  # the evaluate stage's record, if the recipe has one
 
 
 def check_output(output: Path, recipe_name: str, force: bool) -> None:
@@ -456,7 +457,7 @@ def build(plan: Plan, source: Source, output: Path, options: BuildOptions = Buil
         wd.unlock()
     raise_if_failed(quality, output)  # written, the failure recorded: exit 3
     return BuildResult(output=output, seconds=time.perf_counter() - t0, shards=shards,
-                       modules=modules, computed=computed)
+                       modules=modules, computed=computed, quality=quality)
 
 
 def assemble(plan: Plan, source: Source, wd: WorkDir, fps: dict[str, str], output: Path,

@@ -6,9 +6,8 @@ whole batch. Peak memory is the resident layers plus the cache, never the
 model, so a 27B source samples on a machine that holds one layer (at the cost
 of reading every layer once per token when they do not stay resident).
 
-The sampling rule is the whole-model sampler's (calib_data.self_generated):
-same seeded generator, BOS start, float64 softmax at `temperature`,
-multinomial per step; only the forward runs layer by layer.
+The sampling rule is the whole-model sampler's (stages/sampling.py, for
+either calibration version); only the forward runs layer by layer.
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ import torch
 from torch.nn import functional as F
 
 from ..io.source import Source
-from ..models import family_for
 from ..recipe import CalibrateParams
-from .layer_forward import LayerRunner
+from .layer_forward import LayerRunner, layer_tensors, text_family
 from .sampling import sample_tokens
 
 RESIDENT_BYTES = 2 << 30  # materialised layers kept between tokens up to this many bytes
@@ -67,24 +65,18 @@ class StreamedModel:
                  resident_bytes: int = RESIDENT_BYTES):
         self.source = Source(Path(source_dir))
         config = self.source.config
-        tc = config.get("text_config", config)
-        self.fam = family_for(tc.get("model_type", config.get("model_type")))
+        tc, self.fam = text_family(config)
         self.runner = LayerRunner(config, self.fam, device)
         self.layers = int(tc["num_hidden_layers"])
         self.vocab = int(tc["vocab_size"])
         bos = tc.get("bos_token_id", config.get("bos_token_id"))
         self.bos = bos[0] if isinstance(bos, list) else bos
-        keys = self.source.keys()
+        self.keys = keys = self.source.keys()
         self.embed_w = self.source.get(f"{self.fam.embed}.weight").float()
         head = f"{self.fam.lm_head}.weight"
         self.head = (self.source.get(head).float() if head in keys
                      else self.embed_w).to(device)
         self.norm = self.runner.final_norm(self.source.get(f"{self.fam.final_norm}.weight"))
-        self._by_layer: dict[int, list[str]] = {}
-        for k in keys:
-            if k.startswith(self.fam.layer_prefix):
-                i = int(k[len(self.fam.layer_prefix):].split(".", 1)[0])
-                self._by_layer.setdefault(i, []).append(k)
         self.budget = resident_bytes
         self._resident: dict[int, torch.nn.Module] = {}
         self._resident_bytes = 0
@@ -92,9 +84,8 @@ class StreamedModel:
     def layer(self, i: int) -> torch.nn.Module:
         if i in self._resident:
             return self._resident[i]
-        prefix = f"{self.fam.layer_prefix}{i}."
-        mod = self.runner.layer(i, {k[len(prefix):]: self.source.get(k, self.runner.device)
-                                    for k in self._by_layer.get(i, [])})
+        mod = self.runner.layer(i, layer_tensors(
+            lambda k: self.source.get(k, self.runner.device), self.keys, self.fam, i))
         size = sum(p.numel() * p.element_size() for p in mod.parameters())
         if self._resident_bytes + size <= self.budget:
             self._resident[i] = mod

@@ -16,7 +16,22 @@ import math
 import torch
 from torch import nn
 
+from ..models import family_for
 from ..models.base import Family
+
+
+def text_family(config: dict) -> tuple[dict, Family]:
+    """The text model's config (a vision-language checkpoint's `text_config`,
+    else the config itself) and its family."""
+    tc = config.get("text_config", config)
+    return tc, family_for(tc.get("model_type", config.get("model_type")))
+
+
+def layer_tensors(get, keys, family: Family, i: int) -> dict[str, torch.Tensor]:
+    """Layer i's tensors, `get(name)` for every checkpoint name under its prefix,
+    keyed relative to the layer ("mlp.down_proj.weight"), as LayerRunner.layer takes them."""
+    prefix = f"{family.layer_prefix}{i}."
+    return {k[len(prefix):]: get(k) for k in keys if k.startswith(prefix)}
 
 
 class PassThrough(nn.Module):
