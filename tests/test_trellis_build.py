@@ -208,3 +208,31 @@ def test_qwen38_q3_recipe_on_tiny_qwen3_5(tmp_path):
                                                  "interleave": True, "version": 1}
     attn = [m for m, r in meta["modules"].items() if "attn" in m and r["format"] == "affine"]
     assert attn and all(meta["modules"][m]["bits"] == 4 for m in attn)
+
+
+MLP_FEEDBACK = """      default: {method: gptq, bits: 4, group_size: 32}
+      rules:
+        - {match: 'mlp\\.(gate|up)_proj$', format: trellis, method: ldlq, bits: 3,
+           trellis: {T: 64, axis: 0, ldlq_group: 4, scale_alpha: 1.1, refit: true}}
+        - {match: 'mlp\\.down_proj$', format: trellis, method: ldlq, bits: 2,
+           trellis: {T: 64, ldlq_group: 4, scale_alpha: 1.1, refit: true}}"""
+
+
+def test_feedback_settings_build_decode_and_are_recorded(llama_src, tmp_path):
+    """Gate/up along axis 0, small LDLQ steps, alpha and refit: the artifact
+    decodes to its recorded reconstruction and the settings are in the provenance."""
+    r = _write(tmp_path, llama_src, MLP_FEEDBACK, "original")
+    p = _cli(r, "--workdir", tmp_path / "w")
+    assert p.returncode == 0, p.stderr[-3000:]
+    meta = _check_decodes(tmp_path / "out")
+    assert meta["modules"]["model.layers.0.mlp.gate_proj"]["trellis"]["axis"] == 0
+    assert meta["modules"]["model.layers.1.mlp.up_proj"]["encoder"] == {
+        "ldlq_group": 4, "scale_alpha": 1.1, "refit": True}
+    # left at their defaults the new fields stay out of dumps (fingerprints and
+    # provenance of earlier recipes unchanged)
+    from tqbuild.recipe import QuantSpec
+
+    d0 = QuantSpec(format="trellis", method="ldlq", bits=3).model_dump()["trellis"]
+    d1 = QuantSpec(format="trellis", method="ldlq", bits=3,
+                   trellis={"refit": True}).model_dump()["trellis"]
+    assert "refit" not in d0 and "scale_alpha" not in d0 and d1["refit"] is True

@@ -15,6 +15,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -70,7 +71,23 @@ class TrellisParams(Frozen):
         "such as down_proj, 1 otherwise)")
     interleave: bool = Field(False, description="store block pairs interleaved")
     ldlq_group: int = Field(128, ge=1, le=65536, description="input columns per LDLQ "
-                            "step when coding along axis 0")
+                            "step when coding along axis 0 (the error is fed back after "
+                            "each step: smaller is better and slower; 16 measured best)")
+    scale_alpha: float = Field(1.0, ge=0.5, le=2.0, description="every sequence scale × "
+                               "this before coding (the code's unit variance vs the "
+                               "sequence's; 1.10 measured best with LDLQ)")
+    refit: bool = Field(False, description="refit the scales after coding to the "
+                        "Hessian-weighted least squares (kept where the proxy drops)")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """The later fields appear in dumps (fingerprints, provenance) only when
+        set, so recipes that leave them keep their keys and artifacts' bytes."""
+        d = handler(self)
+        for name, default in (("scale_alpha", 1.0), ("refit", False)):
+            if d.get(name) == default:
+                d.pop(name)
+        return d
 
 
 class KMap(Frozen):

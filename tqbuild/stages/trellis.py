@@ -3,8 +3,10 @@ with LDLQ (block LDL error feedback under the module's input Hessian).
 
 W is [out, in]. axis 1 codes each row (input dim) in T-blocks; axis 0 codes
 each column (output dim — down_proj's rotated axis) and is stored as Wᵀ. The
-per-sequence scale is the sequence's RMS in the original W, rounded to fp16
-and fixed before any feedback (DESIGN §8), so the Viterbi sees ~N(0, 1).
+per-sequence scale is the sequence's RMS in the original W (× `alpha`),
+rounded to fp16 and fixed before any feedback (DESIGN §8), so the Viterbi sees
+~N(0, 1); with `refit` the scales are refit to the coded states afterwards
+(stages/trellis_refit) and the reconstruction is recomputed from them.
 
 LDLQ walks the input dim in groups G (the trellis block for axis 1; a group
 of columns whose output-dim sequences are coded whole for axis 0). With
@@ -33,6 +35,7 @@ from .guard import (
     proxy_loss,
     relative_error,
 )
+from .trellis_refit import refit_scales
 
 
 @dataclass
@@ -55,11 +58,14 @@ class Geometry:
     code: str
     axis: int
     group: int  # LDLQ group along the input dim
+    alpha: float = 1.0  # sequence scale multiplier
+    refit: bool = False  # Hessian-weighted scale refit after coding
 
 
-def sequence_scales(w: torch.Tensor, axis: int) -> torch.Tensor:
-    """fp16 RMS of every coded sequence (rows for axis 1, columns for axis 0)."""
-    return w.float().pow(2).mean(dim=1 if axis == 1 else 0).sqrt().to(torch.float16)
+def sequence_scales(w: torch.Tensor, axis: int, alpha: float = 1.0) -> torch.Tensor:
+    """fp16 RMS (× alpha) of every coded sequence (rows for axis 1, columns for axis 0)."""
+    rms = w.float().pow(2).mean(dim=1 if axis == 1 else 0).sqrt()
+    return (rms if alpha == 1.0 else rms * alpha).to(torch.float16)
 
 
 def _code(x: torch.Tensor, scale: torch.Tensor, g: Geometry, table: torch.Tensor
@@ -82,7 +88,7 @@ def _code_columns(w: torch.Tensor, cols: slice, scales: torch.Tensor, g: Geometr
 
 
 def trellis_plain(w: torch.Tensor, g: Geometry) -> TrellisResult:
-    scales = sequence_scales(w, g.axis)
+    scales = sequence_scales(w, g.axis, g.alpha)
     table = code_tensor(g.code, g.L, w.device)
     seqs = w.float() if g.axis == 1 else w.float().t()
     states, val = _code(seqs, scales, g, table)
@@ -100,7 +106,7 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
     U = inverse_cholesky_upper(H, damp)
     if U is None:
         return {"event": "cholesky_failed", "damp": damp}
-    scales = sequence_scales(w, g.axis)
+    scales = sequence_scales(w, g.axis, g.alpha)
     table = code_tensor(g.code, g.L, w.device)
     peak = float(w.abs().max())
     states = torch.empty((out, cols) if g.axis == 1 else (cols, out), dtype=torch.int64,
@@ -146,9 +152,13 @@ def trellis_guarded(w: torch.Tensor, h: torch.Tensor | None, g: Geometry, *,
     if res is None:
         events.append({"event": "fallback_plain"})
         res = trellis_plain(w, g)
+    if g.refit:
+        refit(res, w, h, g)
     res.proxy_loss = proxy_loss(w, res.recon, h)
     if compare_plain and res.method == "ldlq":
         plain = trellis_plain(w, g)
+        if g.refit:
+            refit(plain, w, h, g)
         plain.proxy_loss = plain.plain_proxy_loss = proxy_loss(w, plain.recon, h)
         res.plain_proxy_loss = plain.proxy_loss
         if plain.proxy_loss < res.proxy_loss:
@@ -159,10 +169,24 @@ def trellis_guarded(w: torch.Tensor, h: torch.Tensor | None, g: Geometry, *,
     return res
 
 
+def refit(res: TrellisResult, w: torch.Tensor, h: torch.Tensor, g: Geometry) -> None:
+    """Scales refit to the chosen states (never raising the proxy); the
+    reconstruction recomputed as f32(code) · f32(scale), as the runtimes do."""
+    codes = code_tensor(g.code, g.L, w.device)[res.states]
+    codes = codes if g.axis == 1 else codes.t()
+    res.scales = refit_scales(w, codes, res.scales, h, g.axis)
+    s = res.scales.float().to(w.device)
+    res.recon = (codes * (s[:, None] if g.axis == 1 else s[None, :])).contiguous()
+
+
+ENCODER_FIELDS = ("ldlq_group", "scale_alpha", "refit")  # not in the format entry
+
+
 def geometry(spec) -> Geometry:
     tp = spec.trellis
     return Geometry(L=tp.L, k=spec.bits, T=tp.T, code=tp.code, axis=int(tp.axis),
-                    group=tp.T if int(tp.axis) == 1 else tp.ldlq_group)
+                    group=tp.T if int(tp.axis) == 1 else tp.ldlq_group,
+                    alpha=tp.scale_alpha, refit=tp.refit)
 
 
 def quantize_trellis_matrix(w: torch.Tensor, h: torch.Tensor | None, spec, guard,
@@ -196,6 +220,10 @@ def assemble_trellis(name: str, w: torch.Tensor, results: list[TrellisResult], s
               "trellis": fmt.TrellisEntry.from_spec(spec).trellis_dict(), "scale": "rms-fp16",
               "proxy_rel_error": round(relative_error(w.cpu().float(), recon), 6),
               "recon_sha256": fmt.recon_hash(np.stack(recon_stored))}
+    encoder = {f: getattr(spec.trellis, f) for f in ENCODER_FIELDS
+               if getattr(spec.trellis, f) != type(spec.trellis).model_fields[f].default}
+    if encoder:  # the encoder settings a recipe changed (absent: the defaults)
+        record["encoder"] = encoder
     if use_h and hessians is not None:
         record["damp"] = sorted({r.damp for r in results if r.damp is not None})
         record["hessian_proxy_loss"] = {"kept": sum(r.proxy_loss or 0 for r in results)}

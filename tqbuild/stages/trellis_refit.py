@@ -7,8 +7,8 @@ axis 0 (a scale per input column j): the error couples the columns through H,
 so s solves (H ∘ CᵀC) s = b with b_j = Σ_i H_ij (WᵀC)_ij.
 
 The fp16-rounded refit is kept only where it lowers the proxy (per row for
-axis 1, as a whole for axis 0), so the proxy never increases. Not wired into
-builds yet: bench/trellis_quality.py measures it first."""
+axis 1, as a whole for axis 0), so the proxy never increases. Builds use it with
+`trellis: {refit: true}` (stages/trellis.refit)."""
 
 from __future__ import annotations
 
