@@ -3,6 +3,8 @@
 
     python bench/smollm2_quality.py            # -> bench/results/smollm2_quality.json
     python bench/smollm2_quality.py --stream   # -> bench/results/smollm2_quality-stream.json
+    python bench/smollm2_quality.py --stream --only a,b --tag -x   # some artifacts
+                                               # -> bench/results/smollm2_quality-stream-x.json
 
 `--stream` runs teacher and artifacts one decoder layer at a time
 (eval/streaming.py) on three held-out texts — the bundled docstrings and the
@@ -36,11 +38,11 @@ TEXTS = [ROOT / "data/eval/python-stdlib-docstrings.txt",
          Path("/usr/share/common-licenses/GPL-3"), Path("/usr/share/common-licenses/GFDL-1.3")]
 
 
-def streamed(src: Path, work: Path) -> None:
+def streamed(src: Path, work: Path, only: list[str] | None, out: Path) -> None:
     from tqbuild.eval.run import evaluate
 
     rows = []
-    for name in ["source (f32)", *ARTIFACTS]:
+    for name in only or ["source (f32)", *ARTIFACTS]:
         art = src if name.startswith("source") else ROOT / "out" / name
         if not art.is_dir() or name == "mlx-lm-q4":
             continue
@@ -62,8 +64,7 @@ def streamed(src: Path, work: Path) -> None:
                        "each text, windows of 512, teacher top-1024 dump, torch float32 on "
                        "CPU; EOS probe on the first text",
            "texts": [str(t) for t in TEXTS], "rows": rows}
-    (ROOT / "bench/results/smollm2_quality-stream.json").write_text(
-        json.dumps(res, indent=2) + "\n")
+    out.write_text(json.dumps(res, indent=2) + "\n")
 
 
 def main() -> None:
@@ -73,7 +74,10 @@ def main() -> None:
     work = ROOT / ".tq-work"
     src = next((work / "cache" / "gguf").iterdir())
     if "--stream" in sys.argv:
-        streamed(src, work)
+        only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv \
+            else None
+        tag = sys.argv[sys.argv.index("--tag") + 1] if "--tag" in sys.argv else ""
+        streamed(src, work, only, ROOT / f"bench/results/smollm2_quality-stream{tag}.json")
         return
     mlx = ROOT / "out" / "mlx-lm-q4"
     if not mlx.is_dir():
