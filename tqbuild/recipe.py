@@ -84,8 +84,8 @@ class TrellisParams(Frozen):
         """The later fields appear in dumps (fingerprints, provenance) only when
         set, so recipes that leave them keep their keys and artifacts' bytes."""
         d = handler(self)
-        for name, default in (("scale_alpha", 1.0), ("refit", False)):
-            if d.get(name) == default:
+        for name in ("scale_alpha", "refit"):
+            if d.get(name) == type(self).model_fields[name].default:
                 d.pop(name)
         return d
 
