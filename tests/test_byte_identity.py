@@ -109,6 +109,20 @@ def test_artifact_bytes_unchanged(kind, tmp_path):
     assert got == EXPECTED[kind]
 
 
+@pytest.mark.parametrize("kind", ["trellis", "gptq"])
+def test_overlapped_host_work_writes_the_same_bytes(kind, tmp_path, monkeypatch):
+    """A GPU build assembles each tensor in a helper thread while the next one
+    quantizes; forced on here (CPU), the artifact is byte for byte the same."""
+    if environment() != RECORD["environment"]:
+        pytest.skip(f"recorded under {RECORD['environment']}, this is {environment()}")
+    from tqbuild.pipeline import executor
+
+    used = []
+    monkeypatch.setattr(executor, "overlap_host_work", lambda device: used.append(1) or True)
+    assert build(kind, tmp_path) == EXPECTED[kind]
+    assert used  # the overlapped path ran
+
+
 if __name__ == "__main__":
     import tempfile
 

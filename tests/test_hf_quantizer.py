@@ -104,3 +104,18 @@ def test_from_pretrained_on_cuda_decodes_with_the_triton_kernels(artifacts, monk
     assert calls  # the M = 1 forward went through the Triton decode-matvec kernels
     out = gpu.generate(torch.tensor([[5, 6, 7]]).cuda(), max_new_tokens=6, do_sample=False)
     assert out.shape == (1, 9)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+def test_pack_torch_is_the_numpy_pack(bits):
+    """The build packs affine q where it was computed (the GPU on a GPU build):
+    the same words as the numpy packer, every width, stacked leading dims."""
+    from tqbuild.formats.mlx_affine import pack, pack_torch
+
+    q = np.random.default_rng(bits + 50).integers(0, 1 << bits, (2, 3, 192))
+    want = pack(q, bits)
+    got = pack_torch(torch.from_numpy(q), bits)
+    assert got.dtype == np.uint32 and got.shape == want.shape
+    assert np.array_equal(got, want)
+    if torch.cuda.is_available():
+        assert np.array_equal(pack_torch(torch.from_numpy(q).cuda(), bits), want)

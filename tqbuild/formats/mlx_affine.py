@@ -5,6 +5,8 @@ as an LSB-first little-endian bitstream (element i at bits [i·b, (i+1)·b)),
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -28,6 +30,23 @@ def pack(q: np.ndarray, bits: int) -> np.ndarray:
     words = acc & np.uint64(0xFFFFFFFF)
     words[1:] |= acc[:-1] >> np.uint64(32)
     return np.ascontiguousarray(words.astype(np.uint32).T).reshape(*lead, n * bits // 32)
+
+
+def pack_torch(q: torch.Tensor, bits: int) -> np.ndarray:
+    """`pack` computed where q lives (a GPU build packs on its GPU): the same
+    words, in int64 arithmetic, returned as uint32 on the host."""
+    lead, n = q.shape[:-1], q.shape[-1]
+    assert (n * bits) % 32 == 0, (n, bits)
+    per = 32 // math.gcd(32, bits)
+    nwp = per * bits // 32
+    v = q.reshape(-1, per).to(torch.int64) & ((1 << bits) - 1)
+    acc = torch.zeros(v.shape[0], nwp, dtype=torch.int64, device=q.device)
+    for j in range(per):
+        o = j * bits
+        acc[:, o // 32] |= v[:, j] << (o % 32)
+    words = acc & 0xFFFFFFFF
+    words[:, 1:] |= acc[:, :-1] >> 32
+    return words.cpu().numpy().astype(np.uint32).reshape(*lead, n * bits // 32)
 
 
 def unpack(words: np.ndarray, bits: int) -> np.ndarray:
@@ -91,7 +110,7 @@ def dequant_hash(w: torch.Tensor) -> str:
     import hashlib
 
     raw = w.contiguous().view(torch.int16 if w.element_size() == 2 else torch.int32)
-    return hashlib.sha256(raw.numpy().tobytes()).hexdigest()
+    return hashlib.sha256(raw.numpy().data).hexdigest()  # the buffer, no bytes copy
 
 
 def dequantize_packed(words: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,

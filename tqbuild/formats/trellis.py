@@ -180,7 +180,8 @@ def decode(words: np.ndarray, scales: np.ndarray, *, k: int, T: int, L: int, cod
 
 def recon_hash(recon_stored: np.ndarray) -> str:
     """sha256 of the float32 reconstruction in the stored orientation."""
-    return hashlib.sha256(np.ascontiguousarray(recon_stored, dtype=np.float32).tobytes()
+    # the array's buffer, not a bytes copy (hashlib releases the GIL on it)
+    return hashlib.sha256(np.ascontiguousarray(recon_stored, dtype=np.float32).data
                           ).hexdigest()
 
 

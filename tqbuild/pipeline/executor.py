@@ -16,6 +16,7 @@ import errno
 import json
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from ..stages.affine import DTYPES
 from ..stages.calib_data import calibration_ids, token_hash
 from ..stages.hessian import HessianCapture, head_hessian
 from ..stages.layer_forward import LayerRunner
-from ..stages.quantize import quantize_tensor
+from ..stages.quantize import encode_tensor
 from . import fingerprints as fp
 from .activations import ActivationStream
 from .build_report import write_report
@@ -51,6 +52,12 @@ from .folds import fold_unit
 from .graph import Plan, Unit, estimate_sizes
 from .metadata import build_metadata
 from .workdir import RankWorkDir, WorkDir, fingerprint
+
+
+def overlap_host_work(device: str) -> bool:
+    """Assemble each tensor in a helper thread beside the next one's quantization:
+    on a GPU (the host work is idle time there), not on CPU builds (cores shared)."""
+    return torch.device(device).type == "cuda"
 
 
 @dataclass
@@ -285,13 +292,21 @@ class Builder:
                 jobs[module] = (name, t, spec)
         guard = self.plan.quantize.guard if self.plan.quantize else None
         owner = self.dist.assign([(m, quant_cost(t, spec)) for m, (_, t, spec) in jobs.items()])
-        done = {}
-        for module, (name, t, spec) in jobs.items():
-            if owner[module] != self.dist.rank:
-                continue
-            hs = self._hessians_for(module, t, hessians)
-            done[module] = quantize_tensor(name, t.to(self.device), spec, self.dtype, hs,
-                                           guard)
+        # on a GPU the host half of each tensor (copies, packing, hashes) runs in
+        # one helper thread while the next tensor quantizes; results in job order
+        pool = ThreadPoolExecutor(1) if overlap_host_work(self.device) else None
+        pending: dict = {}
+        try:
+            for module, (name, t, spec) in jobs.items():
+                if owner[module] != self.dist.rank:
+                    continue
+                hs = self._hessians_for(module, t, hessians)
+                finish = encode_tensor(name, t.to(self.device), spec, self.dtype, hs, guard)
+                pending[module] = pool.submit(finish) if pool else finish()
+            done = {m: (f.result() if pool else f) for m, f in pending.items()}
+        finally:
+            if pool:
+                pool.shutdown(wait=True, cancel_futures=True)
         if self.dist.world > 1:
             mine = {m: ({k: v.cpu() for k, v in ts.items()}, rec) for m, (ts, rec) in done.items()}
             done = {}

@@ -66,11 +66,12 @@ def assemble_affine(name: str, w: torch.Tensor, results: list[AffineResult], spe
                     hessians, dtype: torch.dtype, guard=None) -> tuple[dict, dict, list]:
     """Per-matrix results -> (artifact tensors, module record, extra events)."""
     module = name[: -len(".weight")]
-    q = torch.stack([r.q.cpu() for r in results]).reshape(w.shape)
+    q_dev = torch.stack([r.q for r in results]).reshape(w.shape)
+    words = torch.from_numpy(mlx_affine.pack_torch(q_dev, spec.k))  # packed where q is
+    q = q_dev.cpu()
     scales = torch.stack([r.scales.cpu() for r in results]).reshape(*w.shape[:-1], -1)
     biases = torch.stack([r.biases.cpu() for r in results]).reshape(*w.shape[:-1], -1)
     wq = mlx_affine.dequantize(q, scales, biases, spec.group_size)
-    words = torch.from_numpy(mlx_affine.pack(q.numpy(), spec.k))
     record: dict[str, Any] = {
         "format": "affine", "bits": spec.bits, "group_size": spec.group_size,
         "proxy_rel_error": round(relative_error(w.cpu(), wq.float()), 6),

@@ -37,11 +37,24 @@ class AffineResult:
     rtn_proxy_loss: float = 0.0
 
 
-def quantize_column(w: torch.Tensor, s: torch.Tensor, b: torch.Tensor, bits: int
+class GroupParams:
+    """A group's stored (scale, bias) and, once per group rather than per column,
+    the float64 operands mlx_affine.quantize_values derives from them (the same
+    values, so the same q)."""
+
+    def __init__(self, s: torch.Tensor, b: torch.Tensor):
+        self.s, self.b = s, b
+        sd = s.double()
+        self.bd = b.double()
+        self.div = torch.where(sd == 0, torch.ones_like(sd), sd)
+
+
+def quantize_column(w: torch.Tensor, gp: GroupParams, bits: int
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q int, dequantized value in float64 as the runtime computes it)."""
-    q = mlx_affine.quantize_values(w, s, b, bits)
-    deq = (q.to(s.dtype) * s + b).double()  # one rounding per op, as mx.dequantize
+    """(q int, dequantized value in float64 as the runtime computes it); q as
+    mlx_affine.quantize_values(w, s, b) for float64 w."""
+    q = torch.round((w - gp.bd) / gp.div).clamp_(0, (1 << bits) - 1)
+    deq = (q.to(gp.s.dtype) * gp.s + gp.b).double()  # one rounding per op, as mx.dequantize
     return q.to(torch.int32), deq
 
 
@@ -68,6 +81,7 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
         return None
     Q = torch.zeros_like(W)
     qint = torch.zeros(rows, cols, dtype=torch.int32, device=dev)
+    params: dict[int, GroupParams] = {}
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
         W1 = W[:, i1:i2].clone()
@@ -81,7 +95,10 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
                 # the group's columns as updated so far (in-block part lives in W1)
                 blk = torch.cat([W1[:, i:], W[:, i2:]], 1)[:, :group_size]
                 scales[:, g], biases[:, g] = mlx_affine.group_params(blk, bits, dtype)
-            qi, deq = quantize_column(W1[:, i], scales[:, g], biases[:, g], bits)
+                params.pop(g, None)
+            if g not in params:
+                params[g] = GroupParams(scales[:, g], biases[:, g])
+            qi, deq = quantize_column(W1[:, i], params[g], bits)
             Q[:, col], qint[:, col] = deq, qi
             err = (W1[:, i] - deq) / U1[i, i]
             W1[:, i:] -= err[:, None] * U1[i, i:][None, :]

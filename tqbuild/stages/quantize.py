@@ -40,20 +40,37 @@ def quantize_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
 
     `hessians` has one entry per matrix: one for a 2-D weight, one per expert
     for a stacked [E, out, in] weight."""
+    return encode_tensor(name, w, spec, dtype, hessians, guard)()
+
+
+def encode_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
+                  dtype: torch.dtype = torch.bfloat16,
+                  hessians: list[torch.Tensor | None] | None = None,
+                  guard: GuardParams | None = None
+                  ) -> Callable[[], tuple[dict, dict]]:
+    """quantize_tensor in two steps: this call quantizes every matrix (the device
+    work); the returned function assembles the stored tensors and the record
+    (host copies, packing, hashes), so a GPU build can run it beside the next
+    tensor's quantization."""
     guard = guard or GuardParams()
     if not spec.quantized:
-        return {name: w.to(dtype)}, {"method": "none", "format": str(dtype)[6:], "bits": 16}
+        out = ({name: w.to(dtype)}, {"method": "none", "format": str(dtype)[6:], "bits": 16})
+        return lambda: out
     if spec.mx:  # quantized by MLX itself, whole tensor, no Hessian
-        return quantize_mx(name, w, spec, dtype)
+        return lambda: quantize_mx(name, w, spec, dtype)
     one, assemble = MATRIX_QUANTIZERS[spec.format]
     mats = matrices(w)
     hs = hessians or [None] * len(mats)
     results = [one(m, h, spec, guard, dtype) for m, h in zip(mats, hs, strict=True)]
-    tensors, record, extra = assemble(name, w, results, spec, hessians, dtype, guard)
-    record["method"] = joined_method(results)
-    module = name[: -len(".weight")]
-    events = [dict(e, module=module, matrix=i) for i, r in enumerate(results)
-              for e in r.events] + extra
-    if events:
-        record["guard_events"] = events
-    return tensors, record
+
+    def finish() -> tuple[dict, dict]:
+        tensors, record, extra = assemble(name, w, results, spec, hessians, dtype, guard)
+        record["method"] = joined_method(results)
+        module = name[: -len(".weight")]
+        events = [dict(e, module=module, matrix=i) for i, r in enumerate(results)
+                  for e in r.events] + extra
+        if events:
+            record["guard_events"] = events
+        return tensors, record
+
+    return finish

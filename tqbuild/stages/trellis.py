@@ -205,21 +205,22 @@ def assemble_trellis(name: str, w: torch.Tensor, results: list[TrellisResult], s
     module = name[: -len(".weight")]
     g = geometry(spec)
     use_h = spec.method == "ldlq"
-    words, scales, recon_stored = [], [], []
+    words, scales, recons = [], [], []
     for r in results:
         wd = fmt.pack_tensor(r.states, g.k, g.T)
         words.append(fmt.interleave(wd, g.k, g.T) if spec.trellis.interleave else wd)
         scales.append(r.scales.cpu().numpy())
-        rec = r.recon.cpu().numpy()
-        recon_stored.append(rec if g.axis == 1 else rec.T)
+        recons.append(r.recon.cpu().numpy())  # one copy to the host per matrix
     lead = tuple(w.shape[:-2])
     packed = np.stack(words).reshape(*lead, *words[0].shape)
     sc = np.stack(scales).reshape(*lead, -1)
-    recon = torch.from_numpy(np.stack([r.recon.cpu().numpy() for r in results])).reshape(w.shape)
+    recon = torch.from_numpy(recons[0][None] if len(recons) == 1 else np.stack(recons))
+    stored = recon.numpy() if g.axis == 1 else recon.numpy().transpose(0, 2, 1)
     record: dict[str, Any] = {"format": "trellis", "bits": g.k, "group_size": g.T,
               "trellis": fmt.TrellisEntry.from_spec(spec).trellis_dict(), "scale": "rms-fp16",
-              "proxy_rel_error": round(relative_error(w.cpu().float(), recon), 6),
-              "recon_sha256": fmt.recon_hash(np.stack(recon_stored))}
+              "proxy_rel_error": round(relative_error(w.cpu().float(),
+                                                      recon.reshape(w.shape)), 6),
+              "recon_sha256": fmt.recon_hash(stored)}
     encoder = {f: getattr(spec.trellis, f) for f in ENCODER_FIELDS
                if getattr(spec.trellis, f) != type(spec.trellis).model_fields[f].default}
     if encoder:  # the encoder settings a recipe changed (absent: the defaults)
