@@ -124,10 +124,34 @@ def per_tensor(res: dict, quick: bool) -> None:
         del h
 
 
+def profile_down_like(res: dict) -> None:
+    """Where a down-like L = 12 k = 3 conversion spends its time: torch.profiler's
+    top operators by self CUDA time, and the wall time with and without it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tqbuild.stages.trellis import Geometry, trellis_guarded
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w = 0.02 * torch.randn(5120, 17408, device="cuda", generator=g)
+    h = correlated_h(17408, 34816, 21)
+    geo = Geometry(L=12, k=3, T=256, code="1mad", axis=0, group=128)
+    trellis_guarded(w, h, geo, damp=0.01)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        trellis_guarded(w, h, geo, damp=0.01)
+        torch.cuda.synchronize()
+    rows = []
+    for e in sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)[:20]:
+        rows.append({"op": e.key, "calls": e.count, "self_cuda_ms": e.self_device_time_total / 1e3,
+                     "cpu_total_ms": e.cpu_time_total / 1e3})
+        print(json.dumps(rows[-1]), flush=True)
+    res["profile_down_like_L12_k3"] = rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-bare", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="profile a down-like conversion")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
@@ -138,6 +162,8 @@ def main() -> None:
         if not args.skip_bare:
             bare(res, args.quick)
         per_tensor(res, args.quick)
+        if args.profile:
+            profile_down_like(res)
     finally:
         (out / "viterbi_cuda-cuda.json").write_text(json.dumps(res, indent=2) + "\n")
 

@@ -239,6 +239,42 @@ def test_ldlq_feedback_with_one_column_groups_is_gptq():
     assert torch.allclose(got.double(), Q, atol=1e-6)
 
 
+def test_diverged_target_reports_the_first_group_past_the_bound():
+    """The peak check runs after the loop (no host sync per group) and reports
+    what the per-group check did: the first group whose fed-back target exceeds
+    scale_ratio × the original peak, with that group's peak."""
+    import tqbuild.stages.trellis as tr
+    from tqbuild.stages.guard import inverse_cholesky_upper
+
+    torch.manual_seed(4)
+    w, h = torch.randn(8, 16), _correlated_h(16, 4)
+    w[:, :6] *= 0.1  # the first groups stay under the bound
+    g = Geometry(L=12, k=2, T=8, code="1mad", axis=0, group=1)
+
+    def rounding(W, cols, scales, geo, table):  # quantize to a 0.25 grid
+        val = torch.round(W[:, cols].float() * 4) / 4
+        return torch.zeros(val.shape[1], val.shape[0], dtype=torch.int64), val
+
+    U = inverse_cholesky_upper(h, 0.01)
+    W = w.double().clone()
+    col_peaks = []
+    for j in range(16):  # the textbook loop: each column's target before coding
+        col_peaks.append(float(W[:, j].abs().max()))
+        err = (W[:, j] - torch.round(W[:, j].float() * 4).double() / 4) / U[j, j]
+        W[:, j + 1:] -= err[:, None] * U[j, j + 1:][None, :]
+    peak, ratio = float(w.abs().max()), 0.6
+    first = next(j for j, p in enumerate(col_peaks) if p > ratio * peak)
+    assert first > 0
+    orig = tr._code_columns
+    tr._code_columns = rounding
+    try:
+        got = ldlq_core(w, h, g, 0.01, ratio)
+    finally:
+        tr._code_columns = orig
+    assert got["event"] == "target_diverged" and got["original_peak"] == peak
+    assert got["peak"] == pytest.approx(col_peaks[first], rel=1e-6)
+
+
 def test_guard_escalates_then_falls_back_to_plain():
     torch.manual_seed(2)
     w = torch.randn(16, 64)

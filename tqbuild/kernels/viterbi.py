@@ -120,12 +120,13 @@ def _triton_or_torch(x, table, L, k, overlap):
 
 
 def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
-                       table: torch.Tensor | None = None) -> torch.Tensor:
+                       table: torch.Tensor | None = None, finite: bool = False) -> torch.Tensor:
     """Quantize each row of x [B, T] (float32) -> int64 states [B, T].
 
     On CUDA the fused CUDA kernel (viterbi_cuda) runs both passes in one launch;
     without it (or for non-finite input) the Triton forward pass (L ≤ 12) or the
-    torch pass. All choose the same states. TQBUILD_VITERBI=triton|torch forces
+    torch pass. All choose the same states. `finite`: the caller vouches that x
+    is finite, so no host sync checks it. TQBUILD_VITERBI=triton|torch forces
     an older path (benchmarks)."""
     if not 1 <= k <= L // 2:
         raise ValueError(f"k must be in [1, L/2], got k={k}, L={L}")
@@ -136,7 +137,7 @@ def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
     table = code_tensor(code, L, x.device) if table is None else table
     from . import viterbi_cuda, viterbi_triton
 
-    if viterbi_cuda.available(x, L, k) and bool(torch.isfinite(x).all()):
+    if viterbi_cuda.available(x, L, k) and (finite or bool(torch.isfinite(x).all())):
         return viterbi_cuda.viterbi_tailbiting(x, table, L, k, code)
 
     one = _triton_or_torch if viterbi_triton.available(x, L) else _pass
@@ -147,15 +148,16 @@ def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
 
 
 def quantize_blocks(x: torch.Tensor, L: int, k: int, code: str = "1mad",
-                    chunk: int | None = None) -> torch.Tensor:
-    """Many T-blocks [N, T] in chunks sized for the device -> int64 states [N, T]."""
+                    chunk: int | None = None, finite: bool = False) -> torch.Tensor:
+    """Many T-blocks [N, T] in chunks sized for the device -> int64 states [N, T]
+    (`finite` as viterbi_tailbiting)."""
     N, T = x.shape
     table = code_tensor(code, L, x.device)
     if chunk is None:
         chunk = default_chunk(L, k, T, x.device)
     out = torch.empty(N, T, dtype=torch.int64, device=x.device)
     for a in range(0, N, chunk):
-        out[a:a + chunk] = viterbi_tailbiting(x[a:a + chunk], L, k, code, table)
+        out[a:a + chunk] = viterbi_tailbiting(x[a:a + chunk], L, k, code, table, finite)
     return out
 
 

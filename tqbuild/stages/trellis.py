@@ -74,7 +74,10 @@ def _code(x: torch.Tensor, scale: torch.Tensor, g: Geometry, table: torch.Tensor
     s = scale.float().to(x.device)
     div = torch.where(s == 0, torch.ones_like(s), s)
     xn = (x.float() / div[:, None]).reshape(-1, g.T)
-    states = quantize_blocks(xn, g.L, g.k, g.code).reshape(x.shape)
+    if xn.is_cuda:  # no per-call host sync for finiteness: non-finite values (a
+        # diverging LDLQ pass, which ldlq_core then discards) are coded as 0
+        xn = torch.nan_to_num(xn, nan=0.0, posinf=0.0, neginf=0.0)
+    states = quantize_blocks(xn, g.L, g.k, g.code, finite=xn.is_cuda).reshape(x.shape)
     return states, table[states] * s[:, None]
 
 
@@ -112,13 +115,12 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
     states = torch.empty((out, cols) if g.axis == 1 else (cols, out), dtype=torch.int64,
                          device=w.device)
     recon = torch.empty(out, cols, dtype=torch.float32, device=w.device)
+    peaks = []  # each group's target peak, checked once after the loop (no host sync
+    # per group); a diverged pass is discarded whole, as if it had stopped there
     for a in range(0, cols, g.group):
         b = min(a + g.group, cols)
         blk = slice(a, b)
-        target_peak = float(W[:, blk].abs().max())
-        if peak > 0 and target_peak > scale_ratio * peak:
-            return {"event": "target_diverged", "damp": damp, "peak": target_peak,
-                    "original_peak": peak}
+        peaks.append(W[:, blk].abs().amax())
         st, val = _code_columns(W, blk, scales, g, table)
         if g.axis == 1:
             states[:, blk] = st
@@ -129,6 +131,13 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
             err = W[:, blk] - val.double()
             feed = torch.linalg.solve_triangular(U[blk, blk], U[blk, b:], upper=True)
             W[:, b:] -= err @ feed
+    if peak > 0:
+        group_peaks = torch.stack(peaks)
+        bad = ~(group_peaks <= scale_ratio * peak)  # NaN (a blown-up target) counts
+        if bool(bad.any()):
+            first = float(group_peaks[int(bad.nonzero()[0, 0])])
+            return {"event": "target_diverged", "damp": damp, "peak": first,
+                    "original_peak": peak}
     return TrellisResult(states=states, scales=scales, recon=recon, method="ldlq", damp=damp)
 
 
