@@ -110,7 +110,9 @@ def per_tensor(res: dict, quick: bool) -> None:
         h = correlated_h(inp, 16384 if inp == 5120 else 34816, hs)
         for L in (12, 16):
             for k in ((3,) if quick else (2, 3, 4)):
-                geo = Geometry(L=L, k=k, T=256, code="1mad", axis=axis, group=128)
+                # as the build: axis 1 steps one trellis block, axis 0 128 columns
+                geo = Geometry(L=L, k=k, T=256, code="1mad", axis=axis,
+                               group=256 if axis == 1 else 128)
                 torch.cuda.synchronize()
                 t = time.perf_counter()
                 r = trellis_guarded(w, h, geo, damp=0.01)
