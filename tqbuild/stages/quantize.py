@@ -56,8 +56,10 @@ def encode_tensor(name: str, w: torch.Tensor, spec: QuantSpec,
     if not spec.quantized:
         out = ({name: w.to(dtype)}, {"method": "none", "format": str(dtype)[6:], "bits": 16})
         return lambda: out
-    if spec.mx:  # quantized by MLX itself, whole tensor, no Hessian
-        return lambda: quantize_mx(name, w, spec, dtype)
+    if spec.mx:  # quantized by MLX itself, whole tensor, no Hessian (here, in the
+        # calling thread: MLX's streams are per thread)
+        done = quantize_mx(name, w, spec, dtype)
+        return lambda: done
     one, assemble = MATRIX_QUANTIZERS[spec.format]
     mats = matrices(w)
     hs = hessians or [None] * len(mats)
