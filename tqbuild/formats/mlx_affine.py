@@ -17,7 +17,8 @@ BITS = (2, 3, 4, 5, 6, 8)
 
 def pack(q: np.ndarray, bits: int) -> np.ndarray:
     """Integers [..., n] in [0, 2^bits) -> uint32 [..., n·bits/32]: every 32 elements
-    fill `bits` words; one vectorised OR per position in that period."""
+    fill `bits` words; one vectorised OR per position in that period. The numpy
+    reference: builds pack with `pack_torch` where q was computed."""
     lead, n = q.shape[:-1], q.shape[-1]
     assert (n * bits) % 32 == 0, (n, bits)
     per = 32 // np.gcd(32, bits)  # elements per whole number of words
@@ -71,13 +72,25 @@ def group_params(g: torch.Tensor, bits: int, dtype: torch.dtype
     return ((hi - lo) / ((1 << bits) - 1)).to(dtype), lo.to(dtype)
 
 
+def value_operands(scales: torch.Tensor, biases: torch.Tensor, dtype: torch.dtype
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bias, divisor) for quantize_values in `dtype`: the rounded scale/bias upcast,
+    a zero scale dividing by 1 (so its q is 0 … its clamp)."""
+    s, b = scales.to(dtype), biases.to(dtype)
+    return b, torch.where(s == 0, torch.ones_like(s), s)
+
+
+def quantize_with(w: torch.Tensor, bias: torch.Tensor, div: torch.Tensor, bits: int
+                  ) -> torch.Tensor:
+    """round((w − bias)/div) clamped to [0, 2^bits − 1] (operands from value_operands)."""
+    return torch.round((w - bias) / div).clamp_(0, (1 << bits) - 1)
+
+
 def quantize_values(w: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor, bits: int
                     ) -> torch.Tensor:
     """round((w − bias)/scale) clamped to [0, 2^bits − 1], in w's dtype (the
     rounded scale/bias upcast to it); a zero scale maps to q = 0 … its clamp."""
-    s, b = scales.to(w.dtype), biases.to(w.dtype)
-    q = torch.round((w - b) / torch.where(s == 0, torch.ones_like(s), s))
-    return q.clamp_(0, (1 << bits) - 1)
+    return quantize_with(w, *value_operands(scales, biases, w.dtype), bits)
 
 
 def quantize_rtn(w: torch.Tensor, bits: int, group_size: int,

@@ -38,22 +38,19 @@ class AffineResult:
 
 
 class GroupParams:
-    """A group's stored (scale, bias) and, once per group rather than per column,
-    the float64 operands mlx_affine.quantize_values derives from them (the same
-    values, so the same q)."""
+    """A group's stored (scale, bias) and its float64 quantize operands, derived
+    once per group rather than per column (mlx_affine.value_operands)."""
 
     def __init__(self, s: torch.Tensor, b: torch.Tensor):
         self.s, self.b = s, b
-        sd = s.double()
-        self.bd = b.double()
-        self.div = torch.where(sd == 0, torch.ones_like(sd), sd)
+        self.bias, self.div = mlx_affine.value_operands(s, b, torch.float64)
 
 
 def quantize_column(w: torch.Tensor, gp: GroupParams, bits: int
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q int, dequantized value in float64 as the runtime computes it); q as
-    mlx_affine.quantize_values(w, s, b) for float64 w."""
-    q = torch.round((w - gp.bd) / gp.div).clamp_(0, (1 << bits) - 1)
+    """(q int, dequantized value in float64 as the runtime computes it) of a
+    float64 column: q as mlx_affine.quantize_values."""
+    q = mlx_affine.quantize_with(w, gp.bias, gp.div, bits)
     deq = (q.to(gp.s.dtype) * gp.s + gp.b).double()  # one rounding per op, as mx.dequantize
     return q.to(torch.int32), deq
 
@@ -71,17 +68,18 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
     scales = torch.empty(rows, ngroups, dtype=dtype, device=dev)
     biases = torch.empty(rows, ngroups, dtype=dtype, device=dev)
     perm = torch.argsort(torch.diag(H), descending=True, stable=True) if act_order else None
+    params: dict[int, GroupParams] = {}  # group -> operands, made when its scales are
     if act_order:
         for g in range(ngroups):  # static groups on the original contiguous columns
             block = W[:, g * group_size:(g + 1) * group_size]
             scales[:, g], biases[:, g] = mlx_affine.group_params(block, bits, dtype)
+            params[g] = GroupParams(scales[:, g], biases[:, g])
         W, H = W[:, perm], H[perm][:, perm]
     U = inverse_cholesky_upper(H, damp)
     if U is None:
         return None
     Q = torch.zeros_like(W)
     qint = torch.zeros(rows, cols, dtype=torch.int32, device=dev)
-    params: dict[int, GroupParams] = {}
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
         W1 = W[:, i1:i2].clone()
@@ -95,8 +93,6 @@ def gptq_core(w: torch.Tensor, h: torch.Tensor, bits: int, group_size: int, damp
                 # the group's columns as updated so far (in-block part lives in W1)
                 blk = torch.cat([W1[:, i:], W[:, i2:]], 1)[:, :group_size]
                 scales[:, g], biases[:, g] = mlx_affine.group_params(blk, bits, dtype)
-                params.pop(g, None)
-            if g not in params:
                 params[g] = GroupParams(scales[:, g], biases[:, g])
             qi, deq = quantize_column(W1[:, i], params[g], bits)
             Q[:, col], qint[:, col] = deq, qi
