@@ -73,6 +73,8 @@ def _period_kernel_cases(device):
     rng = np.random.default_rng(7)
     cases = [(c, L, T, k, axis) for c in ("1mad", "3inst") for k in (1, 2, 3, 4)
              for axis in (0, 1) for (L, T) in ((12, 64), (16, 256) if k > 1 else (12, 256))]
+    cases += [("mul1", L, T, k, axis) for k in (2, 3) for axis in (0, 1)
+              for (L, T) in ((12, 64), (16, 256))]
     for i, (code, L, T, k, axis) in enumerate(cases):
         rows = 37 + 16 * (i % 3)
         nb = 3 if T == 64 else 1
@@ -129,7 +131,9 @@ def test_cuda_linear_every_path_bf16(m):
         assert torch.allclose(lin(x).float(), want, rtol=2e-2, atol=5e-2)
 
 
-def test_verify_runs_both_runtimes_and_reports_speed(tmp_path, tiny_source):
+@pytest.mark.parametrize("code", ["1mad", "mul1"])
+def test_verify_runs_both_runtimes_and_reports_speed(tmp_path, tiny_source, code):
+    """A whole artifact through both runtimes; mul1 (format version 2) as well."""
     import json
 
     from conftest import write_recipe
@@ -139,7 +143,7 @@ def test_verify_runs_both_runtimes_and_reports_speed(tmp_path, tiny_source):
                      "untie", "norm_fold", "rotate",
                      {"quantize": {"default": {"bits": 4, "group_size": 32}, "rules": [
                          {"match": r"mlp\.(gate|up|down)_proj$", "format": "trellis",
-                          "bits": 3, "trellis": {"T": 64}}]}}])
+                          "bits": 3, "trellis": {"T": 64, "code": code}}]}}])
     def run(*a):
         return cli(tmp_path, *a)
     assert run("r.yaml", "--no-lock").returncode == 0
@@ -147,3 +151,6 @@ def test_verify_runs_both_runtimes_and_reports_speed(tmp_path, tiny_source):
     assert p.returncode == 0, p.stderr[-2000:]
     info = json.loads(p.stdout.splitlines()[0])
     assert info["runtimes"] == ["torch-cpu", "mlx"] and info["torch_vs_mlx_mean_kl"] < 1e-3
+    meta = json.loads((tmp_path / "out" / "optiq_metadata.json").read_text())
+    t = meta["modules"]["model.layers.0.mlp.down_proj"]["trellis"]
+    assert (t["code"], t["version"]) == (code, 2 if code == "mul1" else 1)

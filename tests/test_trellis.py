@@ -40,6 +40,32 @@ def test_codes_reproduce_every_golden_state(L):
     assert np.array_equal(code_table("3inst", L), want)
 
 
+def test_mul1_values_and_unit_variance():
+    # state 1 hashes to 0x83DCD12D, whose bytes sum to 605; state 0 to 0
+    t = code_table("mul1", 16)
+    assert t[0] == np.float32(-510 / 147.800537109375) and t[1] == np.float32(95 / 147.800537109375)
+    assert np.array_equal(code_table("mul1", 12), t[:4096])
+    assert abs(np.sqrt((t.astype(np.float64) ** 2).mean()) - 1) < 2e-3
+
+
+def test_format_versions_carry_their_codes():
+    """mul1 artifacts are version 2; 1mad/3inst stay version 1 (older artifacts
+    byte-identical); a reader rejects a code its version does not have."""
+    def entry(code, version):
+        return {"bits": 2, "group_size": 64,
+                "trellis": {"L": 12, "code": code, "axis": 1, "interleave": False,
+                            "version": version}}
+    for code, v in (("1mad", 1), ("3inst", 1), ("mul1", 2)):
+        e = fmt.TrellisEntry.from_config(entry(code, v))
+        assert e.trellis_dict()["version"] == v
+        assert fmt.TrellisEntry.from_config(e.config()) == e
+    assert fmt.TrellisEntry.from_config(entry("1mad", 2)).code == "1mad"  # v2 reads v1 codes
+    with pytest.raises(ValueError, match="not part of format version 1"):
+        fmt.TrellisEntry.from_config(entry("mul1", 1))
+    with pytest.raises(ValueError, match="version 3 is not supported"):
+        fmt.TrellisEntry.from_config(entry("1mad", 3))
+
+
 def test_3inst_is_unit_variance():
     assert abs(np.sqrt((code_table("3inst", 16).astype(np.float64) ** 2).mean()) - 1) < 1e-6
 

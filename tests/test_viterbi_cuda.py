@@ -34,7 +34,7 @@ def cuda_states(x: torch.Tensor, L: int, k: int, code: str) -> torch.Tensor:
 
 
 @needs_cuda
-@pytest.mark.parametrize("code", ["1mad", "3inst"])
+@pytest.mark.parametrize("code", ["1mad", "3inst", "mul1"])
 @pytest.mark.parametrize("L,k", [(12, 1), (12, 2), (12, 3), (12, 4), (16, 1), (16, 2),
                                  (16, 3), (16, 4)])
 def test_codec_set_states_equal_torch_and_cpu(L, k, code):
@@ -58,7 +58,7 @@ def test_tie_heavy_inputs(L, k):
     if GOLDENS.is_file():  # QTIP's own state values as inputs
         gold = np.load(GOLDENS)[f"1mad_L{L}"].astype(np.float32)
         x = torch.cat([x, torch.from_numpy(gold[: 256 * 32].reshape(32, 256))])
-    for code in ("1mad", "3inst"):
+    for code in ("1mad", "3inst", "mul1"):
         got = cuda_states(x.cuda(), L, k, code).cpu()
         assert torch.equal(got, torch_states(x, L, k, code)), code
 

@@ -457,7 +457,7 @@ def sensitivity_cmd(
 def codec_check_cmd(
     L: Annotated[int, typer.Option("--L", help="trellis state bits")] = 12,
     k: Annotated[int, typer.Option("--k", help="bits per weight")] = 2,
-    code: Annotated[str, typer.Option("--code", help="1mad | 3inst")] = "1mad",
+    code: Annotated[str, typer.Option("--code", help="1mad | 3inst | mul1")] = "1mad",
     T: Annotated[int, typer.Option("--T", help="weights per tail-biting block")] = 256,
     sequences: Annotated[int, typer.Option("--sequences")] = 4096,
     device: Annotated[str, typer.Option("--device", help="cpu | cuda[:N]")] = "cpu",

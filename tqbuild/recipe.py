@@ -65,7 +65,9 @@ class TrellisParams(Frozen):
 
     L: Literal[12, 16] = 12
     T: int = Field(256, ge=8, le=4096, description="weights per tail-biting block")
-    code: Literal["1mad", "3inst"] = "1mad"
+    code: Literal["1mad", "3inst", "mul1"] = Field(
+        "1mad", description="the computed code; mul1 (exllamav3's hash, lower MSE) needs "
+        "trellis format version 2 to load")
     axis: Literal["auto", 0, 1] = Field(
         "auto", description="coded axis; auto = the rotated one (0 for residual writers "
         "such as down_proj, 1 otherwise)")

@@ -19,7 +19,13 @@ import torch
 from ..kernels.trellis_codes import code_table
 from .spec import FormatSpec
 
-VERSION = 1
+# version 2 adds the mul1 code; every other artifact stays version 1 (byte-identical)
+VERSIONS = {1: ("1mad", "3inst"), 2: ("1mad", "3inst", "mul1")}
+
+
+def version_for(code: str) -> int:
+    """The oldest format version that carries `code`."""
+    return min(v for v, codes in VERSIONS.items() if code in codes)
 
 
 @dataclass(frozen=True)
@@ -37,9 +43,13 @@ class TrellisEntry:
     @classmethod
     def from_config(cls, entry: dict) -> TrellisEntry:
         t = entry["trellis"]
-        if t.get("version") != VERSION:
-            raise ValueError(f"trellis format version {t.get('version')} is not supported "
-                             f"(this tq-build reads version {VERSION})")
+        v = t.get("version")
+        if v not in VERSIONS:
+            raise ValueError(f"trellis format version {v} is not supported (this tq-build "
+                             f"reads versions {', '.join(map(str, VERSIONS))}); upgrade tq-build")
+        if t.get("code") not in VERSIONS[v]:
+            raise ValueError(f"trellis code {t.get('code')!r} is not part of format version "
+                             f"{v} (it has {', '.join(VERSIONS[v])})")
         return cls(k=entry["bits"], T=entry["group_size"], L=t["L"], code=t["code"],
                    axis=int(t["axis"]), interleave=bool(t["interleave"]))
 
@@ -51,7 +61,7 @@ class TrellisEntry:
 
     def trellis_dict(self) -> dict:
         return {"L": self.L, "code": self.code, "axis": self.axis,
-                "interleave": self.interleave, "version": VERSION}
+                "interleave": self.interleave, "version": version_for(self.code)}
 
     def config(self) -> dict:
         return {"group_size": self.T, "bits": self.k, "mode": "trellis",

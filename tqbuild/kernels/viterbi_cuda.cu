@@ -26,7 +26,7 @@ struct Codes;
 
 // MODE 0: the float32 code table (2^L entries) in global memory, read through
 // the read-only cache (at L = 12 the compiler keeps each thread's codes in
-// registers); MODE 1: 1MAD computed in registers (mad_code).
+// registers); MODE 1: 1MAD, MODE 2: MUL1 computed in registers (mad_code).
 template <>
 struct Codes<0> {
   const float* __restrict__ table;
@@ -41,7 +41,7 @@ struct Codes<1> {
 // VSADU4), a = t − 510 exactly (2^23 + t read as a float, minus 2^23 + 510),
 // then a / D as a·R refined by one exact-residual step. Checked against the
 // correctly rounded division for all 1021 byte sums (bench notes), so the
-// value equals code_1mad's bit for bit.
+// value equals code_bytesum's bit for bit (1MAD and MUL1 differ in the hash).
 __device__ __forceinline__ float mad_code(uint32_t x) {
   const float a = __fadd_rn(__int_as_float(0x4B000000u + __vsadu4(x, 0u)), -8389118.f);
   const float R = __int_as_float(0x3bddb447u), D = __int_as_float(0x4313ccf0u);
@@ -64,6 +64,10 @@ __device__ __forceinline__ void take_min(float v, int c, float& m, int& arg) {
 __device__ __forceinline__ float Codes<1>::operator()(uint32_t s) const {
   return mad_code(s * 34038481u + 76625530u);
 }
+template <>
+struct Codes<2> {
+  __device__ __forceinline__ float operator()(uint32_t s) const { return mad_code(s * 0x83DCD12Du); }
+};
 
 // two best-cost buffers when they fit (one barrier a step), else one buffer and
 // the new costs staged in registers (two barriers a step)
@@ -237,10 +241,11 @@ static int launch_one(const float* x, const float* table, int B, int T, uint8_t*
   return (int)cudaGetLastError();
 }
 
-// mode 1: 1MAD computed in registers; mode 0: any code from its table
+// mode 1: 1MAD, mode 2: MUL1 computed in registers; mode 0: any code from its table
 #define CASE(L_, K_, NT_)                                                       \
   if (L == L_ && k == K_)                                                       \
     return mode == 1 ? launch_one<L_, K_, NT_, 1>(x, table, B, T, bp, states, s) \
+         : mode == 2 ? launch_one<L_, K_, NT_, 2>(x, table, B, T, bp, states, s) \
                      : launch_one<L_, K_, NT_, 0>(x, table, B, T, bp, states, s);
 
 extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, int B, int T, int L,

@@ -76,12 +76,15 @@ def available(x: torch.Tensor, L: int, k: int) -> bool:
     return True
 
 
+MODES = {"1mad": 1, "mul1": 2}  # the kernel's computed codes (mode 0: the table)
+
+
 def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, code: str
                        ) -> torch.Tensor:
     """x [B, T] float32 (CUDA, finite) -> int64 states [B, T], both passes fused."""
     B, T = x.shape
     x = x.contiguous()
-    mode = 1 if code == "1mad" else 0  # 1MAD computed in registers, else the table
+    mode = MODES.get(code, 0)  # byte-sum codes computed in registers, else the table
     table = table.contiguous()
     out = torch.empty(B, T, dtype=torch.int64, device=x.device)
     per = T * 2 ** (L - k)

@@ -23,7 +23,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ..formats.trellis import TrellisEntry
-from ..kernels.trellis_codes import code_table
+from ..kernels.trellis_codes import BYTESUM_DIV, BYTESUM_HASH, code_table
 
 SMALL_M = 8
 
@@ -71,14 +71,16 @@ def _windows_to_codes(k: int, T: int, L: int, code: str):
 
 
 def code_values(code: str, L: int, state: mx.array) -> mx.array:
-    """float32 code value of uint32 states: 1MAD computed (kernels/trellis_codes:
-    an LCG, a byte sum, one float32 subtraction and division — on a CPU about
-    3× faster than gathering from its table), other codes from their table."""
-    if code != "1mad":
+    """float32 code value of uint32 states: byte-sum codes (1MAD, MUL1) computed
+    (kernels/trellis_codes: a hash, a byte sum, one float32 subtraction and
+    division — on a CPU about 3× faster than gathering from its table), other
+    codes from their table."""
+    if code not in BYTESUM_HASH:
         return mx.take(_table(code, L), state)
-    x = state * 34038481 + 76625530  # uint32: wraps mod 2^32
+    mult, add = BYTESUM_HASH[code]
+    x = state * mult + add  # uint32: wraps mod 2^32
     total = (x & 255) + ((x >> 8) & 255) + ((x >> 16) & 255) + (x >> 24)
-    return (total.astype(mx.float32) - 510) / 147.800537109375
+    return (total.astype(mx.float32) - 510) / BYTESUM_DIV
 
 
 def decode(entry: TrellisEntry, words: mx.array, scales: mx.array) -> mx.array:

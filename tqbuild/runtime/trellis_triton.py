@@ -35,9 +35,12 @@ try:
 except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
-CODE_IDS = {"1mad": 0, "3inst": 1}
-# the code's constant factor, applied after the sum (1MAD: 1/147.80…; 3INST: 1/RMS)
-CODE_FACTOR = {"1mad": 1.0 / 147.800537109375, "3inst": 1.0 / 1.24371088}
+from ..kernels.trellis_codes import BYTESUM_DIV, INST3_RMS
+
+CODE_IDS = {"1mad": 0, "3inst": 1, "mul1": 2}
+# the code's constant factor, applied after the sum (byte-sum codes: 1/147.80…; 3INST: 1/RMS)
+CODE_FACTOR = {"1mad": 1.0 / BYTESUM_DIV, "3inst": 1.0 / INST3_RMS,
+               "mul1": 1.0 / BYTESUM_DIV}
 
 
 if triton is not None:
@@ -47,8 +50,12 @@ if triton is not None:
         """The code value of states s (uint32) before its constant factor. ASM:
         PTX for the byte sum (dp4a) and the fp16 halves (the interpreter takes
         the plain path)."""
-        if CODE == 0:  # 1MAD: bytes of s·34038481 + 76625530 summed, minus 510
-            x = s * 34038481 + 76625530
+        if CODE != 1:  # byte-sum codes: bytes of s·34038481 + 76625530 (1MAD) or
+            # of s·0x83DCD12D (MUL1) summed, minus 510
+            if CODE == 0:
+                x = s * 34038481 + 76625530
+            else:
+                x = (s * 0x83DCD12D).to(tl.uint32)
             # int -> float without I2F: 2^23 + total has total in its mantissa
             if ASM:
                 f = tl.inline_asm_elementwise(
