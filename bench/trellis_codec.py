@@ -26,6 +26,8 @@ from tqbuild.kernels.codec_check import codec_check  # noqa: E402
 
 CASES = [(12, k, c) for k in (1, 2, 3, 4) for c in ("1mad", "3inst")] + \
         [(16, 2, "1mad"), (16, 2, "3inst")]
+# --codes: the code comparison (issue 21), every code at L = 12 and 16, k = 2..4
+CODE_CASES = [(L, k, c) for L in (12, 16) for k in (2, 3, 4) for c in ("1mad", "3inst", "mul1")]
 
 
 def add_compare_rate(dtype: str) -> float:
@@ -88,12 +90,13 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sequences", type=int, default=4096)
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--codes", action="store_true", help="the code comparison cases")
     args = ap.parse_args()
     res: dict = {"host": host(), "device": args.device, "sequences": args.sequences, "T": 256,
                  "cases": []}
     if args.device.startswith("cuda"):
         res["add_compare_per_s"] = {d: add_compare_rate(d) for d in ("int32", "float32")}
-    for L, k, code in CASES:
+    for L, k, code in CODE_CASES if args.codes else CASES:
         r = codec_check(L, k, code, 256, args.sequences, args.device)
         if "add_compare_per_s" in res:
             ops = 2 ** (L + k)
@@ -103,7 +106,7 @@ def main() -> None:
                 res["add_compare_per_s"]["int32"] / ops)
         print(json.dumps(r), flush=True)
         res["cases"].append(r)
-    tag = "cuda" if args.device.startswith("cuda") else "cpu"
+    tag = ("cuda" if args.device.startswith("cuda") else "cpu") + ("-codes" if args.codes else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"trellis_codec-{tag}.json").write_text(json.dumps(res, indent=2) + "\n")

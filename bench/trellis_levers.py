@@ -38,6 +38,7 @@ import torch  # noqa: E402
 from hostinfo import host  # noqa: E402
 
 from tqbuild.kernels.hadamard import sylvester  # noqa: E402
+from tqbuild.kernels.trellis_codes import CODES  # noqa: E402
 from tqbuild.stages.guard import proxy_loss  # noqa: E402
 from tqbuild.stages.trellis import Geometry, trellis_guarded  # noqa: E402
 
@@ -138,6 +139,10 @@ def main() -> None:
         "L16 ax0 g16 alpha 1.10 refit 3inst": (16, 0.01, 1.10, True, "none", 0, 16),
         "L16 ax0 g4 alpha 1.10 refit 3inst": (16, 0.01, 1.10, True, "none", 0, 4),
         "L16 ax0 g16 alpha 1.05 refit": (16, 0.01, 1.05, True, "none", 0, 16),
+        "L12 ax0 g16 mul1": (12, 0.01, 1.0, False, "none", 0, 16),
+        "L16 ax0 g16 alpha 1.10 refit mul1": (16, 0.01, 1.10, True, "none", 0, 16),
+        "L16 ax0 g4 alpha 1.10 refit mul1": (16, 0.01, 1.10, True, "none", 0, 4),
+        "L16 ax0 g4 alpha 1.05 refit mul1": (16, 0.01, 1.05, True, "none", 0, 4),
     }
     if a.arms != "all":
         arms = {k: v for k, v in arms.items() if k in a.arms.split(";")}
@@ -149,7 +154,7 @@ def main() -> None:
         for k in (int(x) for x in a.ks.split(",")):
             for arm, (L, damp, alpha, refit, had, ax, group) in arms.items():
                 ax = axis if ax is None else ax
-                code = "3inst" if arm.endswith("3inst") else "1mad"
+                code = arm.split()[-1] if arm.split()[-1] in CODES else "1mad"
                 geo = Geometry(L=L, k=k, T=256, code=code, axis=ax,
                                group=256 if ax == 1 else group, alpha=alpha, refit=refit)
                 row = {"tensor": name, "hessian": a.hessian, "k": k, "arm": arm,

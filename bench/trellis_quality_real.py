@@ -25,6 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 import torch  # noqa: E402
 from hostinfo import host  # noqa: E402
 
+from tqbuild.kernels.trellis_codes import CODES  # noqa: E402
 from tqbuild.stages.guard import proxy_loss  # noqa: E402
 from tqbuild.stages.trellis import Geometry, trellis_guarded  # noqa: E402
 
@@ -42,6 +43,9 @@ ARMS = {
     "L12 ax0 g16 alpha 1.15 refit": (12, 0, 16, 1.15, True),
     "L16 ax0 g16 alpha 1.10 refit 3inst": (16, 0, 16, 1.10, True),
     "L12 ax0 g16 alpha 1.10 refit 3inst": (12, 0, 16, 1.10, True),
+    "L12 ax0 g16 mul1": (12, 0, 16, 1.0, False),
+    "L12 ax0 g16 alpha 1.10 refit mul1": (12, 0, 16, 1.10, True),
+    "L16 ax0 g4 alpha 1.10 refit mul1": (16, 0, 4, 1.10, True),
 }
 
 
@@ -70,7 +74,7 @@ def main() -> None:
         for k in (int(x) for x in a.k.split(",")):
             for arm, (L, axis, group, alpha, refit) in arms.items():
                 ax = d["axis"] if axis is None else axis
-                code = "3inst" if arm.endswith("3inst") else "1mad"
+                code = arm.split()[-1] if arm.split()[-1] in CODES else "1mad"
                 geo = Geometry(L=L, k=k, T=a.T, code=code, axis=ax,
                                group=a.T if ax == 1 else group, alpha=alpha, refit=refit)
                 t = time.perf_counter()

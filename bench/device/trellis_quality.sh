@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call of issue 21's measurements: bash bench/device/trellis_quality.sh STEP...
 # Steps: corr (the issue's W/H, bench/trellis_levers.py), cond (the better-
-# conditioned H), real (SmolLM2 MLP tensors carried in bench/real_subset, made by
+# conditioned H), codes (Gaussian MSE of every code, L 12/16, k 2-4), real (SmolLM2 MLP tensors carried in bench/real_subset, made by
 # bench/smollm2_hessians.py), tests (CUDA trellis tests). Results go to $OUT;
 # ARMS / REAL_ARMS pick arms, TAG suffixes the file names.
 set -o pipefail
@@ -25,7 +25,8 @@ for step in "$@"; do
     real) timeout "${REAL_S:-80}" python bench/trellis_quality_real.py bench/real_subset --k "${KS:-2,3,4}" \
             --arms "${REAL_ARMS:-L12;L12 ax0 g16 alpha 1.10 refit;L16 ax0 g16 alpha 1.10 refit}" \
             --out "$OUT/trellis_quality-smollm2-cuda$TAG.json" | cut -c1-300 ;;
-    tests) timeout 150 python -m pytest -q -x tests/test_trellis.py tests/test_viterbi_cuda.py 2>&1 | tail -8 ;;
+    tests) timeout "${TESTS_S:-150}" python -m pytest -q -x ${TESTS:-tests/test_trellis.py tests/test_viterbi_cuda.py} 2>&1 | tail -8 ;;
+    codes) timeout 120 python bench/trellis_codec.py --device cuda --codes --out "$OUT" | cut -c1-200 ;;
   esac
 done
 echo "=== done $(date +%T)"
