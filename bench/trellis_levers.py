@@ -143,6 +143,10 @@ def main() -> None:
         "L16 ax0 g16 alpha 1.10 refit mul1": (16, 0.01, 1.10, True, "none", 0, 16),
         "L16 ax0 g4 alpha 1.10 refit mul1": (16, 0.01, 1.10, True, "none", 0, 4),
         "L16 ax0 g4 alpha 1.05 refit mul1": (16, 0.01, 1.05, True, "none", 0, 4),
+        "L16 ax0 g4 alpha 1.15 refit mul1": (16, 0.01, 1.15, True, "none", 0, 4),
+        "L16 ax0 g2 alpha 1.10 refit mul1": (16, 0.01, 1.10, True, "none", 0, 2),
+        "L16 ax0 g4 alpha 1.10 refit mul1 T512": (16, 0.01, 1.10, True, "none", 0, 4),
+        "L16 ax0 g4 damp 0.003 alpha 1.10 refit mul1": (16, 0.003, 1.10, True, "none", 0, 4),
     }
     if a.arms != "all":
         arms = {k: v for k, v in arms.items() if k in a.arms.split(";")}
@@ -154,8 +158,9 @@ def main() -> None:
         for k in (int(x) for x in a.ks.split(",")):
             for arm, (L, damp, alpha, refit, had, ax, group) in arms.items():
                 ax = axis if ax is None else ax
-                code = arm.split()[-1] if arm.split()[-1] in CODES else "1mad"
-                geo = Geometry(L=L, k=k, T=256, code=code, axis=ax,
+                code = next((t for t in arm.split() if t in CODES), "1mad")
+                T = next((int(t[1:]) for t in arm.split() if t[0] == "T" and t[1:].isdigit()), 256)
+                geo = Geometry(L=L, k=k, T=T, code=code, axis=ax,
                                group=256 if ax == 1 else group, alpha=alpha, refit=refit)
                 row = {"tensor": name, "hessian": a.hessian, "k": k, "arm": arm,
                        **run(w, h, geo, damp, had)}

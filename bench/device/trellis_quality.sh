@@ -25,7 +25,7 @@ for step in "$@"; do
     real) timeout "${REAL_S:-80}" python bench/trellis_quality_real.py bench/real_subset --k "${KS:-2,3,4}" \
             --arms "${REAL_ARMS:-L12;L12 ax0 g16 alpha 1.10 refit;L16 ax0 g16 alpha 1.10 refit}" \
             --out "$OUT/trellis_quality-smollm2-cuda$TAG.json" | cut -c1-300 ;;
-    tests) timeout "${TESTS_S:-150}" python -m pytest -q -x ${TESTS:-tests/test_trellis.py tests/test_viterbi_cuda.py} 2>&1 | tail -8 ;;
+    tests) timeout "${TESTS_S:-150}" python -m pytest -q -x ${TESTS:-tests/test_trellis.py tests/test_viterbi_cuda.py} ${TESTK:+-k "$TESTK"} 2>&1 | tail -8 ;;
     codes) timeout 120 python bench/trellis_codec.py --device cuda --codes --out "$OUT" | cut -c1-200 ;;
   esac
 done
