@@ -16,10 +16,13 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 from hostinfo import host  # noqa: E402
 from kv_cache import smollm2_dir  # noqa: E402
+
+from tqbuild.stages.hf_cache import cache_kwargs  # noqa: E402
 
 
 def main() -> None:
@@ -36,7 +39,7 @@ def main() -> None:
             ids, draw = torch.full((bs, 1), 1), 0.0
             t = time.perf_counter()
             for s in range(steps):
-                o = m(input_ids=ids, cache=cache, use_cache=True,
+                o = m(input_ids=ids, use_cache=True, **cache_kwargs(m, cache),
                       position_ids=torch.full((bs, 1), s))
                 t1 = time.perf_counter()
                 ids = torch.multinomial(torch.softmax(o.logits[:, -1].double(), -1), 1)

@@ -43,6 +43,44 @@ def test_default_batch_is_all_samples_in_version_2(tmp_path, version):
     assert np.array_equal(one, self_generated_streamed(src, p))
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_whole_model_sampler_uses_its_cache(tmp_path, version):
+    """The incremental sampler's tokens equal a cache-free reference that re-runs
+    every sequence's whole prefix each step — with the cache passed under a name
+    the installed transformers ignores, every step would see one token."""
+    from tqbuild.stages.sampling import sample_tokens
+
+    src = save_bf16(make_model("llama"), tmp_path / "src")
+    p = CalibrateParams(samples=3, seq_len=12, seed=2, version=version)
+    m = reload_source(src)
+    prefix: list[torch.Tensor] = []
+
+    def no_cache(cache, ids, t):
+        prefix.append(ids)
+        with torch.no_grad():
+            return m(input_ids=torch.cat(prefix, 1), use_cache=False).logits[:, -1]
+
+    bos = m.config.bos_token_id
+    ref = sample_tokens(p, bos[0] if isinstance(bos, list) else bos, m.config.vocab_size,
+                        prefix.clear, no_cache)
+    assert np.array_equal(_whole(src, p), ref)
+
+
+def test_cache_keyword_follows_the_forward_signature():
+    from tqbuild.stages.hf_cache import cache_kwargs
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            pass
+
+    class New:
+        def forward(self, input_ids=None, cache=None, use_cache=None):
+            pass
+
+    assert cache_kwargs(Old(), 1) == {"past_key_values": 1}
+    assert cache_kwargs(New(), 1) == {"cache": 1}
+
+
 def test_version_1_keeps_the_first_release_cache_key():
     """The first release keyed cached tokens by this dict; locked artifacts built
     from them stay valid only if version 1 keys the same way."""

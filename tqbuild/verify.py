@@ -17,6 +17,7 @@ from .formats.dequant import entry_for
 from .io.hash_cache import HashCache
 from .pipeline.lock import check_outputs, entry_for_artifact, read_lock
 from .runtime.torch_load import load_torch, read_artifact_tensors
+from .stages.hf_cache import cache_kwargs
 
 
 def verify_artifact(path: Path) -> list[str]:
@@ -140,7 +141,8 @@ def _decode_steps(model, ids, n: int, device: str):
         out = model(ids[None, :-n].to(device), use_cache=True)
         cache, rows = out.past_key_values, []
         for t in range(ids.numel() - n, ids.numel()):
-            out = model(ids[None, t:t + 1].to(device), past_key_values=cache, use_cache=True)
+            out = model(ids[None, t:t + 1].to(device), use_cache=True,
+                        **cache_kwargs(model, cache))
             cache = out.past_key_values
             rows.append(out.logits[0, -1].float().cpu())
     return torch.stack(rows)

@@ -15,6 +15,7 @@ from ..errors import SourceError
 from ..io.paths import checked
 from ..recipe import CalibrateParams
 from .calib_stream import self_generated_streamed
+from .hf_cache import cache_kwargs
 from .sampling import sample_tokens
 
 
@@ -102,7 +103,8 @@ def self_generated(model, p: CalibrateParams, bos: int | None, vocab: int) -> np
     from transformers import DynamicCache
 
     def next_logits(cache, ids, t):
-        return model(input_ids=ids.to(model.device), cache=cache, use_cache=True).logits[:, -1]
+        return model(input_ids=ids.to(model.device), use_cache=True,
+                     **cache_kwargs(model, cache)).logits[:, -1]
 
     return sample_tokens(p, bos, vocab, lambda: DynamicCache(config=model.config), next_logits)
 

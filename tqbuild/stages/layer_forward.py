@@ -18,6 +18,7 @@ from torch import nn
 
 from ..models import family_for
 from ..models.base import Family
+from .hf_cache import cache_kwargs
 
 
 def text_family(config: dict) -> tuple[dict, Family]:
@@ -140,7 +141,8 @@ class LayerRunner:
         appending to the model-wide `cache` (incremental decoding, whole batch)."""
         self.base.layers[i] = layer
         try:
-            return self.base(inputs_embeds=x.to(self.device), cache=cache, use_cache=True,
-                             position_ids=position_ids).last_hidden_state
+            return self.base(inputs_embeds=x.to(self.device), use_cache=True,
+                             position_ids=position_ids,
+                             **cache_kwargs(self.base, cache)).last_hidden_state
         finally:
             self.base.layers[i] = PassThrough()
