@@ -180,9 +180,12 @@ class Builder:
         p = self.calib
         assert p is not None
         on_gpu = p.source.self_generated and torch.device(self.device).type == "cuda"
-        # tokens sampled on a GPU are other tokens: their own cache entry
-        cfp = fingerprint("calib-v1", self.src_fp, p.identity(),
-                          *(["sampled-on-cuda"] if on_gpu else []))
+        # tokens sampled on a GPU are other tokens: their own cache entry. GPU and
+        # layer-streamed samples cached before the KV-cache keyword fix
+        # (stages/hf_cache.py) may be context-free text: a new key resamples them
+        salt = (["sampled-on-cuda"] if on_gpu else []) + \
+            (["kv-keyword-fixed"] if on_gpu or p.stream else [])
+        cfp = fingerprint("calib-v1", self.src_fp, p.identity(), *salt)
         ids = None
         if self.dist.lead:  # the other ranks take rank 0's tokens
             f = self.wd.calib_file(cfp)
