@@ -76,7 +76,8 @@ def main() -> None:
     if "--stream" in sys.argv:
         only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv \
             else None
-        tag = sys.argv[sys.argv.index("--tag") + 1] if "--tag" in sys.argv else ""
+        tag = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--tag=")),
+                   sys.argv[sys.argv.index("--tag") + 1] if "--tag" in sys.argv else "")
         streamed(src, work, only, ROOT / f"bench/results/smollm2_quality-stream{tag}.json")
         return
     mlx = ROOT / "out" / "mlx-lm-q4"
