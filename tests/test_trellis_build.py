@@ -204,8 +204,8 @@ def test_qwen38_q3_recipe_on_tiny_qwen3_5(tmp_path):
     assert len(ks) == len(names) and set(ks.values()) > {3}  # mixed
     downs = [m for m in ks if m.endswith("down_proj")]
     for m in downs:
-        assert meta["modules"][m]["trellis"] == {"L": 12, "code": "1mad", "axis": 0,
-                                                 "interleave": True, "version": 1}
+        assert meta["modules"][m]["trellis"] == {"L": 12, "code": "mul1", "axis": 0,
+                                                 "interleave": True, "version": 2}
     attn = [m for m, r in meta["modules"].items() if "attn" in m and r["format"] == "affine"]
     assert attn and all(meta["modules"][m]["bits"] == 4 for m in attn)
 
