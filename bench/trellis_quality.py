@@ -65,6 +65,8 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--l16-ks", default="2")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--codes", default="1mad,3inst", help="codes at L = 12")
+    ap.add_argument("--tag", default="")
     a = ap.parse_args()
     dev = a.device
     big, small = (max(256, int(v * a.scale) // 256 * 256) for v in (17408, 5120))
@@ -75,7 +77,7 @@ def main() -> None:
             g = torch.Generator().manual_seed(10 + axis)
             w = (0.02 * torch.randn(out, inp, generator=g)).to(dev)
             h = hessian(inp, 4 * inp, kind, torch.Generator().manual_seed(20 + axis), dev)
-            arms = [(12, "1mad", k) for k in (2, 3, 4)] + [(12, "3inst", k) for k in (2, 3, 4)]
+            arms = [(12, c, k) for c in a.codes.split(",") for k in (2, 3, 4)]
             arms += [(16, "1mad", k) for k in l16]
             for L, code, k in arms:
                 geo = Geometry(L=L, k=k, T=256, code=code, axis=axis, group=128)
@@ -85,7 +87,8 @@ def main() -> None:
                 res["rows"].append(row)
                 out_dir = Path(a.out)
                 out_dir.mkdir(parents=True, exist_ok=True)
-                (out_dir / f"trellis_quality-{dev}.json").write_text(json.dumps(res, indent=2))
+                dst = out_dir / f"trellis_quality-{dev}{a.tag}.json"
+                dst.write_text(json.dumps(res, indent=2))
 
 
 if __name__ == "__main__":
