@@ -5,15 +5,15 @@ sees only its own token (self-generated calibration becomes context-free text)."
 
 from __future__ import annotations
 
-import functools
 import inspect
 
-
-@functools.cache
-def _cache_name(cls: type) -> str:
-    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+_NAMES: dict[type, str] = {}  # model class -> its forward's cache keyword
 
 
 def cache_kwargs(model, cache) -> dict:
     """{keyword: cache} for model(...) on the installed transformers."""
-    return {_cache_name(type(model)): cache}
+    cls = type(model)
+    if cls not in _NAMES:
+        params = inspect.signature(cls.forward).parameters
+        _NAMES[cls] = "cache" if "cache" in params else "past_key_values"
+    return {_NAMES[cls]: cache}
