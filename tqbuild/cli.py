@@ -103,6 +103,8 @@ def build(
     import signal
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
+    # and SIGINT stops even where it came in ignored (a job started with `cmd &`)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     layers = parse_layers(rerun_layers) if rerun_layers else set()
     if threads is not None:
         import torch

@@ -10,7 +10,6 @@ import errno
 import fcntl
 import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +26,7 @@ _KILL_AT = [0]
 
 def _write_point() -> None:
     """Fault injection for the resume tests: with TQBUILD_TEST_KILL_AT=n the
-    process SIGKILLs itself at the n-th work-dir write boundary; with
-    TQBUILD_TEST_SLOW_WRITES=s it sleeps s seconds at each one (so a test's
-    interrupt lands mid-build however fast the machine)."""
-    slow = os.environ.get("TQBUILD_TEST_SLOW_WRITES")
-    if slow:
-        time.sleep(float(slow))
+    process SIGKILLs itself at the n-th work-dir write boundary."""
     at = os.environ.get("TQBUILD_TEST_KILL_AT")
     if at:
         _KILL_AT[0] += 1
