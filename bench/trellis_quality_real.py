@@ -74,7 +74,7 @@ def main() -> None:
         for k in (int(x) for x in a.k.split(",")):
             for arm, (L, axis, group, alpha, refit) in arms.items():
                 ax = d["axis"] if axis is None else axis
-                code = arm.split()[-1] if arm.split()[-1] in CODES else "1mad"
+                code = next((t for t in arm.split() if t in CODES), "1mad")
                 geo = Geometry(L=L, k=k, T=a.T, code=code, axis=ax,
                                group=a.T if ax == 1 else group, alpha=alpha, refit=refit)
                 t = time.perf_counter()
