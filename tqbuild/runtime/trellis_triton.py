@@ -35,12 +35,11 @@ try:
 except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
-from ..kernels.trellis_codes import BYTESUM_DIV, INST3_RMS
+from ..kernels.trellis_codes import BYTESUM_DIV, BYTESUM_HASH, INST3_RMS
 
 CODE_IDS = {"1mad": 0, "3inst": 1, "mul1": 2}
 # the code's constant factor, applied after the sum (byte-sum codes: 1/147.80…; 3INST: 1/RMS)
-CODE_FACTOR = {"1mad": 1.0 / BYTESUM_DIV, "3inst": 1.0 / INST3_RMS,
-               "mul1": 1.0 / BYTESUM_DIV}
+CODE_FACTOR = {**{c: 1.0 / BYTESUM_DIV for c in BYTESUM_HASH}, "3inst": 1.0 / INST3_RMS}
 
 
 if triton is not None:
