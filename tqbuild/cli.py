@@ -100,11 +100,6 @@ def build(
 
     Example: tq-build recipes/smollm2-rot-rtn4.yaml --output out/smol
     """
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
-    # and SIGINT stops even where it came in ignored (a job started with `cmd &`)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     layers = parse_layers(rerun_layers) if rerun_layers else set()
     if threads is not None:
         import torch
@@ -539,7 +534,20 @@ def kv_eval(
     typer.echo(f"wrote {out}/kv_eval.json and kv_eval.png")
 
 
+def _stop_on_signals() -> None:
+    """Every command (build, eval, sensitivity …) stops like Ctrl-C on SIGTERM, and on
+    SIGINT even where it came in ignored (a job started in the background, `cmd &`)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may install handlers (an embedding caller)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> None:
+    _stop_on_signals()
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {c.name or getattr(c.callback, "__name__", "") for c in app.registered_commands}
     commands |= {g.name for g in app.registered_groups} | {"--help"}
