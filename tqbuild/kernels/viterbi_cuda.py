@@ -7,15 +7,13 @@ callers keep the Triton / torch paths (warned once)."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 import warnings
 from pathlib import Path
 
 import torch
+
+from . import nvcc
 
 SOURCE = Path(__file__).with_suffix(".cu")
 CASES = {12: (1, 2, 3, 4), 16: (1, 2, 3, 4)}
@@ -25,35 +23,8 @@ _lib = None
 _failed: str | None = None
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("TQBUILD_KERNEL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tqbuild", "kernels")
-    return Path(root)
-
-
-def _arch() -> str:
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm_{major}{minor}"
-
-
 def _build() -> ctypes.CDLL:
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if not os.path.exists(nvcc):
-        raise RuntimeError("nvcc not found")
-    arch = _arch()
-    flags = ["-O3", f"-arch={arch}", "-fmad=false", "-shared", "-Xcompiler", "-fPIC"]
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
-    lib = cache_dir() / f"viterbi_cuda-{arch}-{key}.so"
-    if not lib.is_file():
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
-            out = Path(tmp) / lib.name
-            p = subprocess.run([nvcc, *flags, "-o", str(out), str(SOURCE)],
-                               capture_output=True, text=True)
-            if p.returncode != 0:
-                raise RuntimeError(f"nvcc failed: {p.stderr[-2000:]}")
-            os.replace(out, lib)  # atomic: a concurrent build finds a whole file
-    dll = ctypes.CDLL(str(lib))
+    dll = nvcc.build(SOURCE, ["-fmad=false"])
     f = dll.tq_viterbi_tailbiting
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3

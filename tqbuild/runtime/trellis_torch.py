@@ -17,6 +17,8 @@ kernels of runtime/trellis_triton.py; otherwise these generic ones —
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -28,7 +30,7 @@ except ImportError:  # pragma: no cover - CPU-only installs
 
 from ..formats.trellis import TrellisEntry
 from ..kernels.trellis_codes import code_table
-from . import trellis_triton
+from . import act_int8, trellis_cuda, trellis_triton
 
 SMALL_M = trellis_triton.MAX_M
 
@@ -172,18 +174,34 @@ class TrellisLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1])
-        small = x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M
-        if small and trellis_triton.fast_ok(self.T, self.k, self.L):
-            y = trellis_triton.matvec(x2, self.words, self.scales, code=self.code, k=self.k,
-                                      T=self.T, L=self.L, axis=self.axis,
-                                      out_features=self.out_features,
-                                      in_features=self.in_features).to(x.dtype)
-        elif small:
-            y = matvec_triton(x2, self.words, self.scales, self.table, k=self.k, T=self.T,
-                              L=self.L, axis=self.axis, out_features=self.out_features,
-                              in_features=self.in_features).to(x.dtype)
-        else:
-            y = x2 @ self.weight_f32().to(x.dtype).t()
+        y = self._matmul(x2).to(x.dtype)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
+
+    def _matmul(self, x2: torch.Tensor) -> torch.Tensor:
+        """x2 [M, in] -> [M, out]: int8-activation CUDA kernels (M ≤ 8), else the
+        float Triton kernels (M ≤ 4), else the expanded weight (cuBLAS / CPU)."""
+        dims: dict[str, Any] = {"k": self.k, "T": self.T, "L": self.L, "axis": self.axis,
+                "out_features": self.out_features, "in_features": self.in_features}
+        coded = self.in_features if self.axis == 1 else self.out_features
+        if trellis_cuda.available(x2, self.code, self.k, self.L, self.T, coded,
+                                  self.in_features):
+            return trellis_cuda.matvec(x2, self.words, self.scales, code=self.code, **dims)
+        small = x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M
+        if small and trellis_triton.fast_ok(self.T, self.k, self.L):
+            return trellis_triton.matvec(x2, self.words, self.scales, code=self.code, **dims)
+        if small:
+            return matvec_triton(x2, self.words, self.scales, self.table, **dims)
+        if trellis_cuda.mode() == "int8" and act_int8.supported(self.code, self.in_features):
+            return self._int8_emulated(x2)
+        return x2 @ self.weight_f32().to(x2.dtype).t()
+
+    def _int8_emulated(self, x2: torch.Tensor) -> torch.Tensor:
+        """What the int8 kernels compute, in float32 torch ops (any device): the
+        activations each weight meets, quantized in groups of 32."""
+        if self.axis == 1:
+            return act_int8.fake_quantize(x2) @ self.weight_f32().t()
+        vals = decode_torch(self.words, torch.ones_like(self.scales), self.table, k=self.k,
+                            T=self.T, L=self.L, axis=0, interleave=False)
+        return act_int8.fake_quantize(x2.float() * self.scales.float()) @ vals.t()

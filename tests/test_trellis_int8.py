@@ -1,0 +1,173 @@
+"""int8-activation trellis decode-matvec: the numpy reference (act_int8), the CPU
+torch emulation, and the CUDA kernels (kernels/trellis_gemv.cu) against the
+reference on fresh random packed tensors — the CUDA cases run on a GPU only."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from tqbuild.formats import trellis as fmt
+from tqbuild.runtime import act_int8, trellis_cuda
+from tqbuild.runtime import trellis_torch as tt
+
+CUDA = torch.cuda.is_available()
+
+
+def random_packed(rng, code, k, L, T, rows, cols):
+    """Random words (every state equally likely) for [rows, cols] stored weights."""
+    words = rng.integers(0, 2**32, (rows, cols * k // 32), dtype=np.uint32)
+    scales = (rng.random(rows) + 0.5).astype(np.float16)
+    return words, scales
+
+
+def test_quantize_groups():
+    v = np.zeros((2, 64), np.float32)
+    v[0, :32] = np.linspace(-3, 1.5, 32)
+    v[1, 32:] = 1e-30  # tiny but non-zero: still exact ±127 at the max
+    q, gs = act_int8.quantize_np(v)
+    assert q[0, 0] == -127 and q[0, 31] == round(1.5 / 3 * 127)
+    assert (q[0, 32:] == 0).all() and gs[0, 1] == 0  # an all-zero group
+    assert (q[1, 32:] == 127).all() and gs[1, 1] == np.float32(1e-30) / np.float32(127)
+    # dequantized error at most half a step of each group's scale
+    x = np.random.default_rng(0).standard_normal((3, 256)).astype(np.float32) * 5
+    q, gs = act_int8.quantize_np(x)
+    err = np.abs(q.reshape(3, 8, 32) * gs[..., None] - x.reshape(3, 8, 32))
+    assert (err <= gs[..., None] * 0.5 * (1 + 1e-5)).all()
+
+
+@pytest.mark.parametrize("code", ["1mad", "mul1"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_reference_is_the_float_matvec_up_to_activation_rounding(code, axis):
+    rng = np.random.default_rng(1 + axis)
+    k, L, T = 3, 12, 64
+    rows, cols = 96, 256
+    words, scales = random_packed(rng, code, k, L, T, rows, cols)
+    w = fmt.decode(words, scales, k=k, T=T, L=L, code=code, axis=axis).astype(np.float64)
+    x = rng.standard_normal((3, w.shape[1])).astype(np.float32)
+    got = act_int8.matvec_reference(x, words, scales, code=code, k=k, T=T, L=L, axis=axis)
+    want = x.astype(np.float64) @ w.T
+    rel = np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean())
+    assert 1e-5 < rel < 0.01, rel  # int8 rounding: visible, well below the weights' error
+    # with activations already on the int8 grid the two agree to float rounding
+    q, gs = act_int8.quantize_np(x if axis == 1 else x * scales.astype(np.float32))
+    xq = (q.reshape(3, -1, 32) * gs[..., None]).reshape(3, -1)
+    if axis == 0:
+        xq = xq / scales.astype(np.float32)
+    assert np.allclose(got, xq.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_cpu_emulation_is_the_reference(axis, monkeypatch):
+    """TQBUILD_TRELLIS_ACT=int8 on CPU computes what the kernels compute."""
+    rng = np.random.default_rng(5)
+    k, L, T, code = 2, 12, 64, "mul1"
+    words, scales = random_packed(rng, code, k, L, T, 64, 128)
+    entry = {"bits": k, "group_size": T, "mode": "trellis",
+             "trellis": {"L": L, "code": code, "axis": axis, "interleave": False, "version": 2}}
+    lin = tt.TrellisLinear(torch.from_numpy(words.view(np.int32)), torch.from_numpy(scales),
+                           entry)
+    x = torch.from_numpy(rng.standard_normal((5, lin.in_features)).astype(np.float32))
+    monkeypatch.setenv("TQBUILD_TRELLIS_ACT", "int8")
+    got = lin(x).double().numpy()
+    want = act_int8.matvec_reference(x.numpy(), words, scales, code=code, k=k, T=T, L=L,
+                                     axis=axis)
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    monkeypatch.setenv("TQBUILD_TRELLIS_ACT", "float")
+    assert not np.allclose(lin(x).double().numpy(), want, rtol=1e-6, atol=0)
+
+
+def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
+    calls = []
+
+    def broken(*a):
+        calls.append(a)
+        raise RuntimeError("nvcc not found")
+
+    monkeypatch.setattr(trellis_cuda, "_load", broken)
+    monkeypatch.setattr(trellis_cuda, "_libs", {})
+    monkeypatch.setattr(trellis_cuda, "_failed", {})
+    with pytest.warns(UserWarning, match="int8 trellis kernels unavailable"):
+        assert trellis_cuda.library(3, 12, "mul1") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert trellis_cuda.library(3, 12, "mul1") is None  # no second warning, no rebuild
+    assert len(calls) == 1
+
+
+def test_mode_is_validated(monkeypatch):
+    monkeypatch.setenv("TQBUILD_TRELLIS_ACT", "int4")
+    with pytest.raises(ValueError, match="auto, float or int8"):
+        trellis_cuda.mode()
+
+
+def _cuda_cases():
+    # (code, L, T, k, axis, rows, cols(stored), M, cfg)
+    cases = []
+    i = 0
+    for code in ("mul1", "1mad"):
+        for k in (2, 3, 4):
+            for axis in (0, 1):
+                for (L, T) in ((12, 64), (16, 256), (12, 512)):
+                    M = 1 + i % 8
+                    rows, cols = (96 + 32 * (i % 3), 1024 if T == 512 else 768)
+                    if axis == 1:
+                        rows += 5  # ragged output rows
+                    cfg = [None, {"RB": 2, "warps": 3}, {"RB": 8}, {"RB": 1, "warps": 1}][i % 4] \
+                        if axis == 1 else [None, {"splits": 1}, {"splits": 7}][i % 3]
+                    cases.append((code, L, T, k, axis, rows, cols, M, cfg))
+                    i += 1
+    cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block
+    cases.append(("mul1", 12, 256, 1, 1, 64, 512, 1, None))
+    return cases
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_int8_kernels_match_the_reference():
+    """Fresh random packed tensors: k = 1..4, both axes, both codes, L 12/16,
+    T 64/256/512, M = 1..8, block shapes and row splits varied, fp32/bf16/fp16 x."""
+    rng = np.random.default_rng(11)
+    trellis_cuda.prebuild(sorted({(c[3], c[1], c[0]) for c in _cuda_cases()}))
+    for i, (code, L, T, k, axis, rows, cols, M, cfg) in enumerate(_cuda_cases()):
+        words, scales = random_packed(rng, code, k, L, T, rows, cols)
+        n_in = cols if axis == 1 else rows
+        n_out = rows if axis == 1 else cols
+        x = torch.from_numpy(rng.standard_normal((M, n_in)).astype(np.float32))
+        x = [x, x.bfloat16(), x.half()][i % 3]
+        want = act_int8.matvec_reference(x.float().numpy(), words, scales, code=code, k=k, T=T,
+                                         L=L, axis=axis)
+        xc = x.cuda()
+        assert trellis_cuda.available(xc, code, k, L, T, cols, n_in), trellis_cuda._failed
+        y = trellis_cuda.matvec(xc, torch.from_numpy(words.view(np.int32)).cuda(),
+                                torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
+                                axis=axis, out_features=n_out, in_features=n_in, cfg=cfg)
+        err = np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max()
+        assert err < 1e-5, (code, L, T, k, axis, rows, cols, M, cfg, err)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_linear_takes_the_int8_kernels_up_to_m8(monkeypatch):
+    rng = np.random.default_rng(3)
+    code, k, L, T = "mul1", 3, 12, 256
+    for axis in (0, 1):
+        words, scales = random_packed(rng, code, k, L, T, 512, 1024)
+        entry = {"bits": k, "group_size": T, "mode": "trellis",
+                 "trellis": {"L": L, "code": code, "axis": axis, "interleave": False,
+                             "version": 2}}
+        lin = tt.TrellisLinear(torch.from_numpy(words.view(np.int32)),
+                               torch.from_numpy(scales), entry).cuda()
+        for m in (1, 8, 9):
+            x = torch.from_numpy(rng.standard_normal((m, lin.in_features)).astype(np.float32))
+            xb = x.cuda().bfloat16()
+            ref = act_int8.matvec_reference(x.bfloat16().float().numpy(), words, scales,
+                                            code=code, k=k, T=T, L=L, axis=axis)
+            got = lin._matmul(xb).float().cpu().double().numpy()
+            err = np.abs(got - ref).max() / np.abs(ref).max()
+            if m <= 8:  # the int8 kernels, float32 out
+                assert err < 1e-5, (axis, m, err)
+            else:  # bf16 weights through cuBLAS
+                assert 1e-5 < err < 3e-2, (axis, m, err)
+            assert lin(xb).dtype == torch.bfloat16

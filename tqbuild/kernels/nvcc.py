@@ -1,0 +1,52 @@
+"""Build a CUDA source into a cached shared library with nvcc, on first use.
+
+Never at install time: tq-build stays pure Python on CPU and Mac. The library is
+keyed by the source bytes, the flags and the GPU architecture, written to a temp
+name and renamed (a concurrent build finds a whole file)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TQBUILD_KERNEL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tqbuild", "kernels")
+    return Path(root)
+
+
+def arch() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def library_path(source: Path, flags: list[str]) -> Path:
+    key = hashlib.sha256(source.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
+    return cache_dir() / f"{source.stem}-{arch()}-{key}.so"
+
+
+def build(source: Path, flags: list[str]) -> ctypes.CDLL:
+    """nvcc -O3 -arch=<this GPU> -shared FLAGS SOURCE, cached; raises on failure."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.path.exists(nvcc):
+        raise RuntimeError("nvcc not found")
+    flags = ["-O3", f"-arch={arch()}", *flags, "-shared", "-Xcompiler", "-fPIC"]
+    lib = library_path(source, flags)
+    if not lib.is_file():
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
+            out = Path(tmp) / lib.name
+            p = subprocess.run([nvcc, *flags, "-o", str(out), str(source)],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                raise RuntimeError(f"nvcc failed: {p.stderr[-2000:]}")
+            os.replace(out, lib)
+    return ctypes.CDLL(str(lib))

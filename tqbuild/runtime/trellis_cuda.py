@@ -1,0 +1,164 @@
+"""CUDA decode-matvec of packed trellis weights with int8 activations
+(`kernels/trellis_gemv.cu`, semantics in runtime/act_int8.py): one library per
+(k, L, code), built with nvcc on first use and cached; called through ctypes on
+torch's current stream (CUDA-graph capturable). Where nvcc or the build is
+missing, `available()` is False (warned once) and the Triton float kernels run.
+
+TQBUILD_TRELLIS_ACT: `auto` (default) — these kernels on CUDA for M ≤ 8 where the
+code and geometry allow; `float` — never (the float-activation Triton kernels);
+`int8` — also emulate int8 activations on CPU (runtime/trellis_torch.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from ..kernels import nvcc
+from ..kernels.trellis_codes import BYTESUM_DIV
+from .act_int8 import GROUP
+
+SOURCE = Path(__file__).parents[1] / "kernels" / "trellis_gemv.cu"
+CODE_IDS = {"1mad": 0, "mul1": 2}
+MAX_M = 8
+DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+TARGET_BLOCKS = 528  # cols: ≈ 4 blocks of 8 warps per SM of an H200
+
+_libs: dict[tuple[int, int, str], ctypes.CDLL] = {}
+_failed: dict[tuple[int, int, str], str] = {}
+
+
+def mode() -> str:
+    m = os.environ.get("TQBUILD_TRELLIS_ACT", "auto")
+    if m not in ("auto", "float", "int8"):
+        raise ValueError(f"TQBUILD_TRELLIS_ACT={m!r}: choose auto, float or int8")
+    return m
+
+
+def _flags(k: int, L: int, code: str) -> list[str]:
+    return [f"-DTQ_K={k}", f"-DTQ_L={L}", f"-DTQ_CODE={CODE_IDS[code]}"]
+
+
+def _load(k: int, L: int, code: str) -> ctypes.CDLL:
+    dll = nvcc.build(SOURCE, _flags(k, L, code))
+    P, I, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    dll.tq_gemv_quant.argtypes = [P, I, P, I, I, P, P, P, P]
+    dll.tq_gemv_rows.argtypes = [P] * 6 + [I] * 7 + [F, P]
+    dll.tq_gemv_cols.argtypes = [P] * 6 + [I] * 6 + [F, P]
+    for f in (dll.tq_gemv_quant, dll.tq_gemv_rows, dll.tq_gemv_cols):
+        f.restype = I
+    return dll
+
+
+def geometry_ok(k: int, L: int, T: int, coded: int, in_features: int) -> bool:
+    """Whole periods in power-of-two blocks along the coded dim, whole activation
+    groups along the inputs."""
+    ppb = T // 32
+    return (T % 32 == 0 and ppb & (ppb - 1) == 0 and 1 <= k <= 4 and L <= 32
+            and coded % T == 0 and in_features % GROUP == 0)
+
+
+def available(x: torch.Tensor, code: str, k: int, L: int, T: int, coded: int,
+              in_features: int) -> bool:
+    """These kernels serve this call: CUDA, M ≤ 8, a byte-sum code, the geometry,
+    the mode, and a library that builds (built here on first use)."""
+    if not x.is_cuda or x.shape[0] > MAX_M or code not in CODE_IDS or mode() == "float" or \
+            not geometry_ok(k, L, T, coded, in_features):
+        return False
+    return library(k, L, code) is not None
+
+
+def library(k: int, L: int, code: str) -> ctypes.CDLL | None:
+    key = (k, L, code)
+    if key in _libs:
+        return _libs[key]
+    if key in _failed:
+        return None
+    try:
+        _libs[key] = _load(*key)
+    except Exception as e:  # noqa: BLE001 - no nvcc, a compiler or driver failure
+        _failed[key] = f"{type(e).__name__}: {e}"
+        warnings.warn(f"int8 trellis kernels unavailable for k={k} L={L} {code} "
+                      f"({_failed[key]}); using the float Triton kernels", stacklevel=3)
+        return None
+    return _libs[key]
+
+
+def prebuild(cases: list[tuple[int, int, str]]) -> None:
+    """Compile several (k, L, code) libraries in parallel (nvcc runs outside the GIL)."""
+    todo = [c for c in cases if c not in _libs and c not in _failed]
+    with ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1))) as ex:
+        list(ex.map(lambda c: library(*c), todo))
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"int8 trellis {what} launch failed (cudaError {rc})")
+
+
+def quantize(lib: ctypes.CDLL, v: torch.Tensor, row_scales: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """v [M, n] -> (splat int32 [M, n], gs float32 [M, n/32], gb int32 [M, n/32])."""
+    M, n = v.shape
+    if v.dtype not in DTYPES:
+        v = v.float()
+    v = v.contiguous()
+    splat = torch.empty(M, n, dtype=torch.int32, device=v.device)
+    gs = torch.empty(M, n // GROUP, dtype=torch.float32, device=v.device)
+    gb = torch.empty(M, n // GROUP, dtype=torch.int32, device=v.device)
+    rs = row_scales.contiguous() if row_scales is not None else None
+    _check(lib.tq_gemv_quant(v.data_ptr(), DTYPES[v.dtype], rs.data_ptr() if rs is not None
+                             else None, M, n, splat.data_ptr(), gs.data_ptr(), gb.data_ptr(),
+                             _stream(v)), "quantize")
+    return splat, gs, gb
+
+
+def _stream(t: torch.Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
+
+
+def rows_cfg(M: int, ng: int, cfg: dict | None = None) -> dict:
+    """Rows per block by M (registers), warps so the periods split evenly."""
+    iters = -(-ng // (32 * 16))
+    c = {"RB": 4 if M <= 2 else 2 if M <= 4 else 1, "warps": -(-ng // (32 * iters))}
+    return {**c, **(cfg or {})}
+
+
+def cols_splits(nrows: int, n_out: int, M: int, cfg: dict | None = None) -> int:
+    if cfg and "splits" in cfg:
+        return int(cfg["splits"])
+    blocks_x = -(-n_out // (32 * 32))
+    return max(1, min(nrows // 32, -(-TARGET_BLOCKS // blocks_x)))
+
+
+def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
+           T: int, L: int, axis: int, out_features: int, in_features: int,
+           cfg: dict | None = None) -> torch.Tensor:
+    """x [M ≤ 8, in] -> float32 [M, out]; words int32 [rows, nw] (plain layout),
+    scales fp16 [rows]. Call `available()` first."""
+    lib = library(k, L, code)
+    assert lib is not None
+    M = x.shape[0]
+    rows, nw = words.shape
+    out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
+    factor = 1.0 / BYTESUM_DIV
+    if axis == 1:
+        splat, gs, gb = quantize(lib, x)
+        c = rows_cfg(M, in_features // 32, cfg)
+        _check(lib.tq_gemv_rows(words.data_ptr(), scales.data_ptr(), splat.data_ptr(),
+                                gs.data_ptr(), gb.data_ptr(), out.data_ptr(), M, rows, nw,
+                                in_features, T, c["RB"], c["warps"], factor, _stream(x)),
+               "rows")
+        return out
+    splat, gs, gb = quantize(lib, x, scales)
+    splits = cols_splits(rows, out_features, M, cfg)
+    part = torch.empty(splits if splits > 1 else 0, M, out_features, device=x.device,
+                       dtype=torch.float32)
+    _check(lib.tq_gemv_cols(words.data_ptr(), splat.data_ptr(), gs.data_ptr(), gb.data_ptr(),
+                            part.data_ptr(), out.data_ptr(), M, rows, nw, out_features, T,
+                            splits, factor, _stream(x)), "cols")
+    return out
