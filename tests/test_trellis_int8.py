@@ -116,8 +116,9 @@ def _cuda_cases():
                     rows, cols = (96 + 32 * (i % 3), 1024 if T == 512 else 768)
                     if axis == 1:
                         rows += 5  # ragged output rows
-                    cfg = [None, {"RB": 2, "warps": 3}, {"RB": 8}, {"RB": 1, "warps": 1}][i % 4] \
-                        if axis == 1 else [None, {"splits": 1}, {"splits": 7}][i % 3]
+                    cfg = ([None, {"RB": 2, "warps": 3}, {"RB": 8, "fused": False},
+                            {"RB": 1, "warps": 1, "rgb": 3, "bps": 1}][i % 4] if axis == 1 else
+                           [None, {"splits": 1}, {"splits": 7}, {"per": 32}][i % 4])
                     cases.append((code, L, T, k, axis, rows, cols, M, cfg))
                     i += 1
     cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block

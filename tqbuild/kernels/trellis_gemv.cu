@@ -195,37 +195,190 @@ __global__ void __launch_bounds__(512) rows_kernel(
     }
 }
 
+// 8 consecutive inputs of one input row as float (dtype 0: f32, 1: bf16, 2: f16)
+__device__ __forceinline__ void load8(const void* x, int dtype, size_t i, float (&v)[8]) {
+    if (dtype == 0) {
+        const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(x) + i);
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+        uint4 t = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
+        const uint32_t u[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (dtype == 1) {
+                v[2 * j] = __uint_as_float(u[j] << 16);
+                v[2 * j + 1] = __uint_as_float(u[j] & 0xFFFF0000u);
+            } else {
+                v[2 * j] = __half2float(__ushort_as_half((unsigned short)(u[j] & 0xFFFF)));
+                v[2 * j + 1] = __half2float(__ushort_as_half((unsigned short)(u[j] >> 16)));
+            }
+        }
+    }
+}
+
+// Quantize 8 consecutive values of a group of 32 spread over 4 adjacent lanes
+// (all lanes of the warp call it): splats q, and the group's scale and −510·Σq.
+__device__ __forceinline__ void quant8(const float (&v)[8], int (&q)[8], float& gscale,
+                                       int& gbias) {
+    float a = 0.f;
+    bool bad = false;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) { a = fmaxf(a, fabsf(v[j])); bad |= isnan(v[j]); }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+        a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
+        bad |= __shfl_xor_sync(0xFFFFFFFFu, (int)bad, o);
+    }
+    const bool ok = a > 0.f && !bad && !isinf(a);
+    const float inv = ok ? __fdiv_rn(127.f, a) : 0.f;
+    int sq = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int t = ok ? max(-127, min(127, (int)rintf(__fmul_rn(v[j], inv)))) : 0;
+        sq += t;
+        q[j] = (int)((uint32_t)(t & 0xFF) * 0x01010101u);
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) sq += __shfl_xor_sync(0xFFFFFFFFu, sq, o);
+    gscale = bad ? __int_as_float(0x7FC00000) : __fdiv_rn(a, 127.f);
+    gbias = -510 * sq;
+}
+
+// rows, the activations quantized by the block itself into shared memory: a
+// persistent grid (each block quantizes x once, then takes row blocks in turn);
+// 4 lanes quantize a group (8 inputs each). Splats are stored 36 ints a group
+// (the 4-int pad spreads one LDS.128 per lane over all banks). A block holds RGB
+// row groups of RB rows, each spread over WPR warps of periods.
+template <int M, int RB>
+__global__ void __launch_bounds__(512) rows_fused(
+    const uint32_t* __restrict__ words, const __half* __restrict__ scales, const void* x,
+    int dtype, float* __restrict__ out, int rows, int nw, int n, int ppb, int wpr,
+    float factor) {
+    extern __shared__ int4 smem4[];
+    int* smem = reinterpret_cast<int*>(smem4);
+    const int ng = n >> 5, sps = ng * 36;
+    int* sp = smem;
+    float* gsm = reinterpret_cast<float*>(sp + M * sps);
+    int* gbm = reinterpret_cast<int*>(gsm + M * ng);
+    float* red = reinterpret_cast<float*>(gbm + M * ng);  // [warps][RB * M]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int c = threadIdx.x; c < M * (n >> 3); c += blockDim.x) {
+        const int m = c / (n >> 3), i0 = (c - m * (n >> 3)) * 8;
+        float v[8];
+        load8(x, dtype, (size_t)m * n + i0, v);
+        int q[8];
+        float gscale;
+        int gbias;
+        quant8(v, q, gscale, gbias);
+        const int g = i0 >> 5;
+        int4* dst = reinterpret_cast<int4*>(sp + m * sps + g * 36 + (i0 & 31));
+        dst[0] = make_int4(q[0], q[1], q[2], q[3]);
+        dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+        if ((i0 & 31) == 0) {
+            gsm[m * ng + g] = gscale;
+            gbm[m * ng + g] = gbias;
+        }
+    }
+    __syncthreads();
+    const int rg = warp / wpr, wr = warp - rg * wpr, rgb = (blockDim.x >> 5) / wpr;
+    const int nrb = (rows + RB - 1) / RB;
+    for (int rb0 = blockIdx.x * rgb; rb0 < nrb; rb0 += gridDim.x * rgb) {
+        const int r0 = (rb0 + rg) * RB;
+        const uint32_t* wrow[RB];
+#pragma unroll
+        for (int r = 0; r < RB; ++r) wrow[r] = words + (size_t)min(r0 + r, rows - 1) * nw;
+        float facc[RB][M];
+#pragma unroll
+        for (int r = 0; r < RB; ++r)
+#pragma unroll
+            for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
+        for (int p = wr * 32 + lane; p < ng; p += wpr * 32) {
+            uint32_t w[RB][K + 1];
+#pragma unroll
+            for (int r = 0; r < RB; ++r) load_words(wrow[r], p, ppb, w[r]);
+            const int pb = p & (ppb - 1);
+            const int g = (p - pb) + (ppb - 1 - pb);
+            int acc[RB][M];
+#pragma unroll
+            for (int m = 0; m < M; ++m)
+#pragma unroll
+                for (int r = 0; r < RB; ++r) acc[r][m] = gbm[m * ng + g];
+#pragma unroll
+            for (int a = 0; a < 8; ++a) {
+                int4 s[M];
+#pragma unroll
+                for (int m = 0; m < M; ++m)
+                    s[m] = *reinterpret_cast<const int4*>(sp + m * sps + g * 36 + 4 * (7 - a));
+#pragma unroll
+                for (int b = 0; b < 4; ++b)
+#pragma unroll
+                    for (int r = 0; r < RB; ++r) {
+                        const uint32_t h = code_hash(state(w[r], 4 * a + b));
+#pragma unroll
+                        for (int m = 0; m < M; ++m)
+                            acc[r][m] = dp4a_us(h, comp(s[m], 3 - b), acc[r][m]);
+                    }
+            }
+#pragma unroll
+            for (int m = 0; m < M; ++m)
+#pragma unroll
+                for (int r = 0; r < RB; ++r)
+                    facc[r][m] = fmaf(gsm[m * ng + g], (float)acc[r][m], facc[r][m]);
+        }
+#pragma unroll
+        for (int r = 0; r < RB; ++r)
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                float v = facc[r][m];
+#pragma unroll
+                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+                if (lane == 0) red[warp * RB * M + r * M + m] = v;
+            }
+        __syncthreads();
+        const int t = threadIdx.x;
+        if (t < rgb * RB * M) {
+            const int g2 = t / (RB * M), e = t - g2 * RB * M, r = e / M, m = e - r * M;
+            const int row = (rb0 + g2) * RB + r;
+            float v = 0.f;
+            for (int i = 0; i < wpr; ++i) v += red[(g2 * wpr + i) * RB * M + e];
+            if (rb0 + g2 < nrb && row < rows)
+                out[(size_t)m * rows + row] = v * __half2float(scales[row]) * factor;
+        }
+        __syncthreads();
+    }
+}
+
 // one warp's share of a cols block: sub-period SUB of its lane's period, the
-// units rg, rg + RG, … of the split's rows; per-thread sums -> shared memory
+// units rg, rg + RG, … of the split's rows (splats and group terms in shared
+// memory, indexed from the split's first row); per-thread sums -> `red`
 template <int M, int VPT, int SUB>
-__device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words,
-                                          const int* __restrict__ splat,
-                                          const float* __restrict__ gs,
-                                          const int* __restrict__ gb, float* red, int nrows,
-                                          int nw, int p, int ppb, int row0, int row1, int rg,
-                                          int RG) {
-    const int ngr = nrows >> 5;
+__device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, const int* spl,
+                                          const float* gsm, const int* gbm, float* red, int per,
+                                          int nw, int p, int ppb, int row0, int nrows_split,
+                                          int rg, int RG) {
+    const int pg = per >> 5;
     float facc[VPT][M];
 #pragma unroll
     for (int v = 0; v < VPT; ++v)
 #pragma unroll
         for (int m = 0; m < M; ++m) facc[v][m] = 0.f;
-    for (int u0 = row0 + rg * U; u0 < row1; u0 += RG * U) {
-        const int g = u0 >> 5;
+    for (int u = rg * U; u < nrows_split; u += RG * U) {
+        const int g = u >> 5;
         int acc[VPT][M];
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-            const int b = (u0 & 31) == 0 ? __ldg(gb + m * ngr + g) : 0;
+            const int b = (u & 31) == 0 ? gbm[m * pg + g] : 0;
 #pragma unroll
             for (int v = 0; v < VPT; ++v) acc[v][m] = b;
         }
-        const uint32_t* row = words + (size_t)u0 * nw;
+        const uint32_t* row = words + (size_t)(row0 + u) * nw;
 #pragma unroll
         for (int q4 = 0; q4 < U / 4; ++q4) {
             int4 s[M];
 #pragma unroll
             for (int m = 0; m < M; ++m)
-                s[m] = __ldg(reinterpret_cast<const int4*>(splat + (size_t)m * nrows + u0) + q4);
+                s[m] = *reinterpret_cast<const int4*>(spl + m * per + u + 4 * q4);
 #pragma unroll
             for (int i = 0; i < 4; ++i, row += nw) {
                 uint32_t w[K + 1];
@@ -240,7 +393,7 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words,
         }
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-            const float sc = __ldg(gs + m * ngr + g);
+            const float sc = gsm[m * pg + g];
 #pragma unroll
             for (int v = 0; v < VPT; ++v) facc[v][m] = fmaf(sc, (float)acc[v][m], facc[v][m]);
         }
@@ -254,29 +407,70 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words,
             red[(((size_t)rg * 32 + SUB * VPT + v) * M + m) * 32 + lane] = facc[v][m];
 }
 
-constexpr int vpt_for(int M) { return M == 1 ? 32 : M == 2 ? 16 : M <= 4 ? 8 : 4; }
+__host__ __device__ constexpr int vpt_for(int M) { return M == 1 ? 32 : M == 2 ? 16 : M <= 4 ? 8 : 4; }
 constexpr int COLS_WARPS = 8;
 
+__host__ __device__ constexpr size_t cols_smem(int M, int per) {
+    return ((size_t)(COLS_WARPS / (32 / vpt_for(M))) * 32 * M * 32 + (size_t)M * per +
+            2 * (size_t)M * (per / 32)) * 4;
+}
+
+// A block: 32 periods of output columns × one split of `per` input rows, whose
+// activations (x · the rows' scales) it quantizes first into shared memory.
 template <int M>
 __global__ void __launch_bounds__(COLS_WARPS * 32) cols_kernel(
-    const uint32_t* __restrict__ words, const int* __restrict__ splat,
-    const float* __restrict__ gs, const int* __restrict__ gb, float* __restrict__ dst,
-    int nrows, int nw, int n_out, int ppb, int rows_per_split, float factor) {
+    const uint32_t* __restrict__ words, const void* x, int dtype,
+    const __half* __restrict__ rs, float* __restrict__ dst, int nrows, int nw, int n_out,
+    int ppb, int per, float factor) {
     constexpr int VPT = vpt_for(M), S = 32 / VPT, RG = COLS_WARPS / S;
-    extern __shared__ float red[];  // [RG][32][M][32]
+    extern __shared__ int4 smem4[];
+    float* red = reinterpret_cast<float*>(smem4);  // [RG][32][M][32]
+    int* spl = reinterpret_cast<int*>(red + RG * 32 * M * 32);  // [M][per]
+    float* gsm = reinterpret_cast<float*>(spl + M * per);  // [M][per / 32]
+    int* gbm = reinterpret_cast<int*>(gsm + M * (per >> 5));
+    const int row0 = blockIdx.y * per;
+    const int nrows_split = min(nrows - row0, per);
+    for (int c = threadIdx.x; c < M * (per >> 3); c += blockDim.x) {
+        const int m = c / (per >> 3), i0 = (c - m * (per >> 3)) * 8;
+        float v[8];
+        if (i0 < nrows_split) {
+            load8(x, dtype, (size_t)m * nrows + row0 + i0, v);
+            uint4 t = __ldg(reinterpret_cast<const uint4*>(rs + row0 + i0));
+            const uint32_t u4[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[2 * j] = __fmul_rn(v[2 * j], __half2float(__ushort_as_half(
+                    (unsigned short)(u4[j] & 0xFFFF))));
+                v[2 * j + 1] = __fmul_rn(v[2 * j + 1], __half2float(__ushort_as_half(
+                    (unsigned short)(u4[j] >> 16))));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = 0.f;
+        }
+        int q[8];
+        float gscale;
+        int gbias;
+        quant8(v, q, gscale, gbias);
+        int4* d = reinterpret_cast<int4*>(spl + m * per + i0);
+        d[0] = make_int4(q[0], q[1], q[2], q[3]);
+        d[1] = make_int4(q[4], q[5], q[6], q[7]);
+        if ((i0 & 31) == 0) {
+            gsm[m * (per >> 5) + (i0 >> 5)] = gscale;
+            gbm[m * (per >> 5) + (i0 >> 5)] = gbias;
+        }
+    }
+    __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = warp % S, rg = warp / S;
     const int ngo = n_out >> 5;
-    const int p_raw = blockIdx.x * 32 + lane;
-    const int p = min(p_raw, ngo - 1);
-    const int row0 = blockIdx.y * rows_per_split;
-    const int row1 = min(nrows, row0 + rows_per_split);
-#define TQ_SUB(X) case X: if constexpr (X < S) cols_body<M, VPT, X>(words, splat, gs, gb, red, \
-        nrows, nw, p, ppb, row0, row1, rg, RG); break;
+    const int p = min(blockIdx.x * 32 + lane, ngo - 1);
+#define TQ_SUB(X) case X: if constexpr (X < S) cols_body<M, VPT, X>(words, spl, gsm, gbm, red, \
+        per, nw, p, ppb, row0, nrows_split, rg, RG); break;
     switch (sub) { TQ_SUB(0) TQ_SUB(1) TQ_SUB(2) TQ_SUB(3) TQ_SUB(4) TQ_SUB(5) TQ_SUB(6) TQ_SUB(7) }
 #undef TQ_SUB
     __syncthreads();
-    // sum the RG row groups in order; thread t: (weight v, input row m, lane) pairs
+    // sum the RG row groups in order; thread t: (weight v, input row m, lane) triples
     float* out = dst + (size_t)blockIdx.y * M * n_out;
     for (int e = threadIdx.x; e < 32 * M * 32; e += COLS_WARPS * 32) {
         const int ln = e & 31, vm = e >> 5, v = vm / M, m = vm % M;
@@ -289,7 +483,6 @@ __global__ void __launch_bounds__(COLS_WARPS * 32) cols_kernel(
             out[(size_t)m * n_out + col0 - v] = s * factor;
         }
     }
-    (void)p_raw;
 }
 
 __global__ void sum_splits(const float* __restrict__ part, float* __restrict__ out, int splits,
@@ -314,23 +507,43 @@ int launch_rows(const uint32_t* words, const __half* scales, const int* splat, c
     return (int)cudaGetLastError();
 }
 
+size_t fused_smem(int M, int n, int RB, int warps) {
+    const int ng = n >> 5;
+    return ((size_t)M * ng * 36 + 2 * (size_t)M * ng + (size_t)warps * RB * M) * 4;
+}
+
 template <int M>
-int launch_cols(const uint32_t* words, const int* splat, const float* gs, const int* gb,
-                float* part, float* out, int nrows, int nw, int n_out, int ppb, int splits,
-                float factor, cudaStream_t st) {
-    constexpr int VPT = vpt_for(M), S = 32 / VPT, RG = COLS_WARPS / S;
-    const size_t smem = (size_t)RG * 32 * M * 32 * sizeof(float);
-    static bool attr = false;
-    if (!attr) {
+int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x, int dtype,
+                      float* out, int rows, int nw, int n, int ppb, int rb, int wpr, int rgb,
+                      int blocks_per_sm, float factor, cudaStream_t st) {
+    const int warps = wpr * rgb;
+    const size_t smem = fused_smem(M, n, rb, warps);
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int nrb = (rows + rb - 1) / rb;
+    const int grid = max(1, min((nrb + rgb - 1) / rgb, sms * blocks_per_sm));
+#define TQ_RB(R) case R: \
+        if (smem > 48 * 1024) cudaFuncSetAttribute(rows_fused<M, R>, \
+            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem); \
+        rows_fused<M, R><<<grid, warps * 32, smem, st>>>(words, scales, x, dtype, out, rows, nw, \
+            n, ppb, wpr, factor); break;
+    switch (rb) { TQ_RB(1) TQ_RB(2) TQ_RB(4) TQ_RB(8) default: return -1; }
+#undef TQ_RB
+    return (int)cudaGetLastError();
+}
+
+template <int M>
+int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* rs, float* part,
+                float* out, int nrows, int nw, int n_out, int ppb, int per, float factor,
+                cudaStream_t st) {
+    const size_t smem = cols_smem(M, per);
+    if (smem > 48 * 1024)
         cudaFuncSetAttribute(cols_kernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem);
-        attr = true;
-    }
-    int per = (nrows + splits - 1) / splits;
-    per = (per + U - 1) / U * U;
-    splits = (nrows + per - 1) / per;
+    const int splits = (nrows + per - 1) / per;
     dim3 grid((n_out / 32 + 31) / 32, splits);
-    cols_kernel<M><<<grid, COLS_WARPS * 32, smem, st>>>(words, splat, gs, gb,
+    cols_kernel<M><<<grid, COLS_WARPS * 32, smem, st>>>(words, x, dtype, rs,
                                                          splits == 1 ? out : part, nrows, nw,
                                                          n_out, ppb, per, factor);
     if (splits > 1) {
@@ -371,17 +584,41 @@ int tq_gemv_rows(const void* words, const void* scales, const int* splat, const 
     return -1;
 }
 
-int tq_gemv_cols(const void* words, const int* splat, const float* gs, const int* gb,
-                 float* part, float* out, int M, int nrows, int nw, int n_out, int T, int splits,
-                 float factor, void* stream) {
+// rows with the activations quantized inside (x [M, n], dtype as tq_gemv_quant)
+int tq_gemv_rows_fused(const void* words, const void* scales, const void* x, int dtype,
+                       float* out, int M, int rows, int nw, int n, int T, int rb, int wpr,
+                       int rgb, int blocks_per_sm, float factor, void* stream) {
     const uint32_t* w = (const uint32_t*)words;
+    const __half* s = (const __half*)scales;
     const int ppb = T / 32;
     cudaStream_t st = (cudaStream_t)stream;
-#define TQ_M(X) case X: return launch_cols<X>(w, splat, gs, gb, part, out, nrows, nw, n_out, ppb, \
-        splits, factor, st);
+#define TQ_M(X) case X: return launch_rows_fused<X>(w, s, x, dtype, out, rows, nw, n, ppb, rb, \
+        wpr, rgb, blocks_per_sm, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -1;
 }
+
+size_t tq_gemv_fused_smem(int M, int n, int rb, int warps) { return fused_smem(M, n, rb, warps); }
+
+// cols: x [M, nrows] (dtype as tq_gemv_quant), rs the stored rows' fp16 scales;
+// `per` input rows a block (a multiple of 32), part [splits, M, n_out] when
+// nrows > per
+int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, float* part,
+                 float* out, int M, int nrows, int nw, int n_out, int T, int per, float factor,
+                 void* stream) {
+    const uint32_t* w = (const uint32_t*)words;
+    const __half* r = (const __half*)rs;
+    const int ppb = T / 32;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (per % 32) return -1;
+#define TQ_M(X) case X: return launch_cols<X>(w, x, dtype, r, part, out, nrows, nw, n_out, ppb, \
+        per, factor, st);
+    switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
+#undef TQ_M
+    return -1;
+}
+
+size_t tq_gemv_cols_smem(int M, int per) { return cols_smem(M, per); }
 
 }  // extern "C"

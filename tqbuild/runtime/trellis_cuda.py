@@ -15,6 +15,7 @@ import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,12 +46,17 @@ def _flags(k: int, L: int, code: str) -> list[str]:
 
 def _load(k: int, L: int, code: str) -> ctypes.CDLL:
     dll = nvcc.build(SOURCE, _flags(k, L, code))
-    P, I, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-    dll.tq_gemv_quant.argtypes = [P, I, P, I, I, P, P, P, P]
-    dll.tq_gemv_rows.argtypes = [P] * 6 + [I] * 7 + [F, P]
-    dll.tq_gemv_cols.argtypes = [P] * 6 + [I] * 6 + [F, P]
-    for f in (dll.tq_gemv_quant, dll.tq_gemv_rows, dll.tq_gemv_cols):
-        f.restype = I
+    P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
+    sig: dict[str, tuple[Any, list[Any]]] = {
+        "tq_gemv_quant": (I, [P, I, P, I, I, P, P, P, P]),
+        "tq_gemv_rows": (I, [P] * 6 + [I] * 7 + [F, P]),
+        "tq_gemv_rows_fused": (I, [P, P, P, I, P] + [I] * 9 + [F, P]),
+        "tq_gemv_cols": (I, [P, P, I, P, P, P] + [I] * 6 + [F, P]),
+        "tq_gemv_fused_smem": (Z, [I] * 4),
+        "tq_gemv_cols_smem": (Z, [I] * 2)}
+    for name, (res, args) in sig.items():
+        f = getattr(dll, name)
+        f.restype, f.argtypes = res, args
     return dll
 
 
@@ -121,18 +127,33 @@ def _stream(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
 
 
+SMEM_LIMIT = 200 << 10  # dynamic shared memory a block may take (H100/H200: 227 KB)
+
+
 def rows_cfg(M: int, ng: int, cfg: dict | None = None) -> dict:
-    """Rows per block by M (registers), warps so the periods split evenly."""
+    """Rows per thread by M (registers); a row group's warps split the periods
+    evenly (≤ 16), row groups fill a block of ≤ 512 threads; `fused`: the block
+    quantizes x itself (persistent grid of `bps` blocks per SM)."""
     iters = -(-ng // (32 * 16))
-    c = {"RB": 4 if M <= 2 else 2 if M <= 4 else 1, "warps": -(-ng // (32 * iters))}
+    wpr = -(-ng // (32 * iters))
+    c = {"RB": 4 if M <= 2 else 2 if M <= 4 else 1, "warps": wpr, "rgb": max(1, 16 // wpr),
+         "bps": 2, "fused": True}
     return {**c, **(cfg or {})}
 
 
-def cols_splits(nrows: int, n_out: int, M: int, cfg: dict | None = None) -> int:
-    if cfg and "splits" in cfg:
-        return int(cfg["splits"])
+def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None = None) -> int:
+    """Input rows a block takes (a multiple of 32): enough splits to fill the GPU,
+    few enough rows that their splats fit in shared memory."""
+    if cfg and "per" in cfg:
+        return int(cfg["per"])
     blocks_x = -(-n_out // (32 * 32))
-    return max(1, min(nrows // 32, -(-TARGET_BLOCKS // blocks_x)))
+    splits = max(1, -(-TARGET_BLOCKS // blocks_x))
+    if cfg and "splits" in cfg:
+        splits = int(cfg["splits"])
+    per = -(-nrows // (32 * splits)) * 32
+    while per > 32 and lib.tq_gemv_cols_smem(M, per) > SMEM_LIMIT:
+        per = -(-(per // 2) // 32) * 32
+    return per
 
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
@@ -144,21 +165,31 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     assert lib is not None
     M = x.shape[0]
     rows, nw = words.shape
+    if x.dtype not in DTYPES:
+        x = x.float()
+    x = x.contiguous()
     out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
     factor = 1.0 / BYTESUM_DIV
+    st = _stream(x)
     if axis == 1:
-        splat, gs, gb = quantize(lib, x)
         c = rows_cfg(M, in_features // 32, cfg)
+        warps = c["warps"] * c["rgb"]
+        if c["fused"] and lib.tq_gemv_fused_smem(M, in_features, c["RB"], warps) <= SMEM_LIMIT:
+            _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
+                                          DTYPES[x.dtype], out.data_ptr(), M, rows, nw,
+                                          in_features, T, c["RB"], c["warps"], c["rgb"],
+                                          c["bps"], factor, st), "rows")
+            return out
+        splat, gs, gb = quantize(lib, x)
         _check(lib.tq_gemv_rows(words.data_ptr(), scales.data_ptr(), splat.data_ptr(),
                                 gs.data_ptr(), gb.data_ptr(), out.data_ptr(), M, rows, nw,
-                                in_features, T, c["RB"], c["warps"], factor, _stream(x)),
-               "rows")
+                                in_features, T, c["RB"], c["warps"], factor, st), "rows")
         return out
-    splat, gs, gb = quantize(lib, x, scales)
-    splits = cols_splits(rows, out_features, M, cfg)
+    per = cols_per(rows, out_features, M, lib, cfg)
+    splits = -(-rows // per)
     part = torch.empty(splits if splits > 1 else 0, M, out_features, device=x.device,
                        dtype=torch.float32)
-    _check(lib.tq_gemv_cols(words.data_ptr(), splat.data_ptr(), gs.data_ptr(), gb.data_ptr(),
-                            part.data_ptr(), out.data_ptr(), M, rows, nw, out_features, T,
-                            splits, factor, _stream(x)), "cols")
+    _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
+                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), M, rows, nw,
+                            out_features, T, per, factor, st), "cols")
     return out

@@ -1,0 +1,154 @@
+"""Greedy decode tokens/s of an 8B-shaped model on the H200: bf16, an affine
+4-bit model, and the Q3 layout (MLP trellis k = 3, attention affine 4-bit).
+
+    python bench/decode_8b.py      # -> bench/results/decode_8b-cuda.json
+
+A random-weight llama with Llama-3-8B's shapes (hidden 4096, MLP 14336, 32
+layers, 32/8 heads, vocab 128256; speed does not depend on the values) decodes
+64 tokens greedily with a static KV cache, one CUDA graph per token, through
+transformers. Variants swap the decoder linears in place:
+  bf16      — as built;
+  affine4   — every decoder linear 4-bit affine, group 64, on torch's tinygemm
+              int4 kernel (`aten._weight_int4pack_mm`, the kernel torchao
+              serves int4 weights with: the strong 4-bit baseline);
+  q3        — MLP TrellisLinear (mul1, k = 3, L = 12, T = 256, down_proj coded
+              along its output dim as the recipes do) on the int8-activation
+              CUDA kernels, attention affine 4-bit as `affine4`;
+  q3-float  — the same with TQBUILD_TRELLIS_ACT=float (the Triton float kernels);
+  q3-attn-bf16 — q3's MLP, attention left in bf16 (the MLP's share).
+lm_head stays bf16 in every variant (8-bit in the recipes; the same bytes here
+for all). tq-build's own AffineLinear runtime dequantizes its weight on every
+call and is not a decode kernel; the affine variants use tinygemm instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from hostinfo import host  # noqa: E402
+from trellis_decode import graph_tokens_per_s  # noqa: E402
+
+from tqbuild.runtime import trellis_cuda  # noqa: E402
+from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
+
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+class Int4Linear(nn.Module):
+    """4-bit affine (q − 8)·scale + zero per group of 64, torch's tinygemm kernel."""
+
+    def __init__(self, out_f: int, in_f: int, g: torch.Generator, group: int = 64):
+        super().__init__()
+        q = torch.randint(0, 16, (out_f, in_f), device="cuda", dtype=torch.int32, generator=g)
+        packed = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+        self.w = torch.ops.aten._convert_weight_to_int4pack(packed, 8)
+        sz = torch.empty(in_f // group, out_f, 2, device="cuda", dtype=torch.bfloat16)
+        sz[..., 0] = torch.rand(in_f // group, out_f, device="cuda", generator=g) * 0.004
+        sz[..., 1] = 0
+        self.sz, self.group, self.out_features = sz, group, out_f
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        y = torch.ops.aten._weight_int4pack_mm(x2, self.w, self.group, self.sz)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def trellis(out_f: int, in_f: int, axis: int, g: torch.Generator, k: int = 3) -> TrellisLinear:
+    rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
+    words = torch.randint(-2**31, 2**31 - 1, (rows, cols * k // 32), device="cuda",
+                          dtype=torch.int32, generator=g)  # every bit pattern is a valid state
+    scales = (torch.rand(rows, device="cuda", generator=g) * 0.02 + 0.005).half()
+    entry = {"bits": k, "group_size": 256, "mode": "trellis",
+             "trellis": {"L": 12, "code": "mul1", "axis": axis, "interleave": False,
+                         "version": 2}}
+    return TrellisLinear(words, scales, entry).cuda()
+
+
+def swap(model, names, make) -> None:
+    for layer in model.model.layers:
+        for parent in (layer.self_attn, layer.mlp):
+            for nm in names:
+                if hasattr(parent, nm):
+                    old = getattr(parent, nm)
+                    out_f, in_f = old.out_features, old.in_features
+                    setattr(parent, nm, make(nm, out_f, in_f))
+
+
+def main() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                      max_position_embeddings=512, rope_theta=500000.0)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    orig = {(i, nm): getattr(p, nm) for i, layer in enumerate(model.model.layers)
+            for p, names in ((layer.self_attn, ATTN), (layer.mlp, MLP)) for nm in names}
+    g = torch.Generator(device="cuda").manual_seed(0)
+    trellis_cuda.prebuild([(3, 12, "mul1")])
+    res = {"host": host(), "config": {"hidden": 4096, "inter": 14336, "layers": 32,
+                                      "heads": "32/8", "vocab": 128256},
+           "tokens": 64, "variants": {}}
+
+    def run(name: str) -> None:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        try:
+            tps = graph_tokens_per_s(model)
+            res["variants"][name] = {"tokens_per_s": tps,
+                                     "memory_GB": torch.cuda.memory_allocated() / 1e9}
+        except Exception as e:  # noqa: BLE001 - recorded
+            res["variants"][name] = {"error": f"{type(e).__name__}: {e}"[:400]}
+        res["variants"][name]["wall_s"] = time.perf_counter() - t0
+        print(name, json.dumps(res["variants"][name]), flush=True)
+        save(res)
+
+    def restore(names) -> None:
+        for i, layer in enumerate(model.model.layers):
+            for p in (layer.self_attn, layer.mlp):
+                for nm in names:
+                    if hasattr(p, nm):
+                        setattr(p, nm, orig[(i, nm)])
+
+    run("bf16")
+    try:
+        swap(model, ATTN + MLP, lambda nm, o, i: Int4Linear(o, i, g))
+        run("affine4")
+    except Exception as e:  # noqa: BLE001 - no tinygemm on this build
+        res["variants"]["affine4"] = {"error": f"{type(e).__name__}: {e}"[:400]}
+    restore(MLP)
+    swap(model, MLP, lambda nm, o, i: trellis(o, i, 0 if nm == "down_proj" else 1, g))
+    if "error" not in res["variants"].get("affine4", {}):
+        run("q3")
+        os.environ["TQBUILD_TRELLIS_ACT"] = "float"
+        run("q3-float")
+        os.environ["TQBUILD_TRELLIS_ACT"] = "auto"
+    restore(ATTN)  # the MLP keeps its trellis modules
+    run("q3-attn-bf16")
+    b = res["variants"]["bf16"].get("tokens_per_s")
+    for v in res["variants"].values():
+        if b and "tokens_per_s" in v:
+            v["speedup_vs_bf16"] = v["tokens_per_s"] / b
+    save(res)
+
+
+def save(res: dict) -> None:
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "decode_8b-cuda.json").write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Decode-matvec of packed trellis weights with int8 activations (the CUDA
+kernels of kernels/trellis_gemv.cu) next to bf16 cuBLAS and the float-activation
+Triton kernels, on the H200.
+
+    python bench/trellis_gemv.py      # -> bench/results/trellis_gemv-cuda.json
+
+Shapes: 8192×8192 and 17408×5120 (gate/up: the `rows` kernel) and 5120×17408
+(down_proj, coded along its output dim: the `cols` kernel); k = 2, 3, 4, L = 12,
+T = 256, mul1 (the shipped code); M = 1, 2, 4, 8. Every timing replays a CUDA
+graph over enough distinct weight copies that the working set exceeds 3× the
+L2, and includes the activation-quantize kernel (one per call, as the module
+runs). Ceilings: the packed bytes at the measured copy bandwidth; instructions
+per weight counted in the kernel's SASS main loop (cuobjdump), every instruction
+of the loop (loads, index math, decode, dp4a) ÷ the weights one thread decodes
+per trip.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from hostinfo import host  # noqa: E402
+from trellis_matvec import copies_for, copy_bandwidth, graph_time, packed_case  # noqa: E402
+
+from tqbuild.kernels import nvcc  # noqa: E402
+from tqbuild.runtime import trellis_cuda as tc  # noqa: E402
+from tqbuild.runtime import trellis_triton as tk  # noqa: E402
+
+SHAPES = [("8192x8192", 8192, 8192, 1), ("gate 17408x5120", 17408, 5120, 1),
+          ("down 5120x17408", 5120, 17408, 0)]
+CODE, L, T = "mul1", 12, 256
+ROWS_SWEEP = [None, {"RB": 2}, {"RB": 8}, {"RB": 4, "warps": 4}, {"RB": 4, "warps": 2}]
+COLS_SWEEP = [None, {"splits": 32}, {"splits": 64}, {"splits": 208}, {"splits": 17}]
+
+
+def sass_loop(lib_path: Path, kernel: str, dp4a: int) -> tuple[int, dict] | None:
+    """(instructions, opcode histogram) of the decode loop of the first SASS
+    function whose mangled name contains `kernel`: the smallest backward-branch
+    loop holding `dp4a` IDP instructions (one trip's weights × M)."""
+    try:
+        out = subprocess.run(["cuobjdump", "-sass", str(lib_path)], capture_output=True,
+                             text=True, timeout=300).stdout
+    except Exception as e:  # noqa: BLE001 - no cuobjdump
+        print(f"no SASS: {e}", file=sys.stderr)
+        return None
+    funcs = re.split(r"\n\s*Function : ", out)
+    body = next((f for f in funcs[1:] if kernel in f.split("\n", 1)[0]), None)
+    if body is None:
+        return None
+    ins = []
+    for ln in body.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", ln)
+        if m and not m.group(2).strip().startswith("NOP"):
+            ins.append((int(m.group(1), 16), m.group(2).strip()))
+    loops = []
+    for i, (addr, op) in enumerate(ins):
+        b = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", op)
+        if b and int(b.group(1), 16) <= addr:
+            j = next(j for j, (a, _) in enumerate(ins) if a >= int(b.group(1), 16))
+            idp = sum(o.split()[0].startswith("IDP") for _, o in ins[j:i + 1])
+            if idp == dp4a:
+                loops.append((i + 1 - j, j, i + 1))
+    if not loops:
+        return None
+    best = min(loops)
+    hist = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", op).split()[0].split(".")[0]
+                               for _, op in ins[best[1]:best[2]])
+    return best[0], dict(hist.most_common())
+
+
+def time_int8(x, copies, cfg=None, **kw) -> float:
+    def run():
+        return [tc.matvec(x, w, sc, cfg=cfg, **kw) for w, sc in copies]
+    return graph_time(run) / len(copies)
+
+
+def time_triton(x, copies, **kw) -> float:
+    def run():
+        return [tk.matvec(x, w, sc, **kw) for w, sc in copies]
+    return graph_time(run) / len(copies)
+
+
+def main() -> None:
+    dev = "cuda"
+    tc.prebuild([(k, L, CODE) for k in (2, 3, 4)])
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    bw = copy_bandwidth()
+    res = {"host": host(), "l2_bytes": l2, "copy_bytes_per_s": bw, "code": CODE, "L": L, "T": T,
+           "sweeps": {}, "cases": [], "sass": {}}
+    for k in (2, 3, 4):
+        lib = nvcc.library_path(tc.SOURCE, ["-O3", f"-arch={nvcc.arch()}", *tc._flags(k, L, CODE),
+                                            "-shared", "-Xcompiler", "-fPIC"])
+        for name, tmpl, m, per_trip in (("rows M1 RB4", "rows_fusedILi1ELi4E", 1, 4 * 32),
+                                        ("rows M4 RB2", "rows_fusedILi4ELi2E", 4, 2 * 32),
+                                        ("cols M1", "cols_kernelILi1E", 1, 8 * 32),
+                                        ("cols M4", "cols_kernelILi4E", 4, 8 * 8),
+                                        ("cols M8", "cols_kernelILi8E", 8, 8 * 4)):
+            s = sass_loop(lib, tmpl, m * per_trip)
+            if s:
+                res["sass"][f"k{k} {name}"] = {"loop_instructions": s[0],
+                                               "per_weight": s[0] / per_trip, "ops": s[1]}
+                print(f"k{k} {name}: {s[0]} instr / {per_trip} weights = "
+                      f"{s[0] / per_trip:.2f}; {s[1]}", flush=True)
+    g = torch.Generator(device=dev).manual_seed(0)
+    best = {}
+    for name, out_f, in_f, axis in SHAPES:  # block shapes at k = 3, M = 1
+        rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
+        x = torch.randn(1, in_f, device=dev, dtype=torch.bfloat16, generator=g)
+        copies, _ = packed_case(x, 3, rows, cols, l2, g)
+        kw = dict(code=CODE, k=3, T=T, L=L, axis=axis, out_features=out_f, in_features=in_f)
+        tried = []
+        for cfg in (ROWS_SWEEP if axis == 1 else COLS_SWEEP):
+            tried.append({"cfg": cfg, "seconds": time_int8(x, copies, cfg, **kw)})
+            print(name, json.dumps(tried[-1]), flush=True)
+        res["sweeps"][name] = tried
+        best[name] = min(tried, key=lambda c: c["seconds"])["cfg"]
+        del copies
+    res["chosen"] = best
+    for name, out_f, in_f, axis in SHAPES:
+        rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
+        wb = torch.randn(out_f, in_f, device=dev, dtype=torch.bfloat16, generator=g)
+        bfs = [wb.clone() for _ in range(copies_for(wb.numel() * 2, l2))]
+        del wb
+        t_bf = {}
+        for m in (1, 2, 4, 8):
+            xm = torch.randn(m, in_f, device=dev, dtype=torch.bfloat16, generator=g)
+            t_bf[m] = graph_time(lambda xm=xm, bfs=bfs: [torch.nn.functional.linear(xm, w)
+                                                          for w in bfs]) / len(bfs)
+        del bfs
+        for k in (2, 3, 4):
+            copies, nbytes = packed_case(None, k, rows, cols, l2, g)
+            kw = dict(code=CODE, k=k, T=T, L=L, axis=axis, out_features=out_f, in_features=in_f)
+            for m in (1, 2, 4, 8):
+                xm = torch.randn(m, in_f, device=dev, dtype=torch.bfloat16, generator=g)
+                cfg = best[name] if m == 1 else None
+                t = time_int8(xm, copies, cfg, **kw)
+                case = {"shape": name, "axis": axis, "k": k, "M": m, "seconds": t,
+                        "packed_GB_per_s": nbytes / t / 1e9, "fraction_of_copy_bw": nbytes / t / bw,
+                        "weights_per_s": out_f * in_f / t, "bf16_cublas_seconds": t_bf[m],
+                        "speedup_vs_bf16": t_bf[m] / t, "cfg": cfg, "copies": len(copies)}
+                if m <= tk.MAX_M:  # the float-activation Triton kernels, same call
+                    case["triton_float_seconds"] = time_triton(xm, copies, **kw)
+                    case["speedup_vs_triton_float"] = case["triton_float_seconds"] / t
+                if m == 1:  # the quantize kernel alone (included in `seconds`)
+                    lib = tc.library(k, L, CODE)
+                    sc = copies[0][1] if axis == 0 else None
+                    case["quantize_seconds"] = graph_time(
+                        lambda xm=xm, lib=lib, sc=sc: tc.quantize(lib, xm, sc), n_iter=50)
+                print(json.dumps(case), flush=True)
+                res["cases"].append(case)
+                save(res)
+            del copies
+
+
+def save(res: dict) -> None:
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "trellis_gemv-cuda.json").write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
