@@ -263,14 +263,19 @@ __global__ void __launch_bounds__(512) rows_fused(
     int* gbm = reinterpret_cast<int*>(gsm + M * ng);
     float* red = reinterpret_cast<float*>(gbm + M * ng);  // [warps][RB * M]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int c = threadIdx.x; c < M * (n >> 3); c += blockDim.x) {
-        const int m = c / (n >> 3), i0 = (c - m * (n >> 3)) * 8;
-        float v[8];
-        load8(x, dtype, (size_t)m * n + i0, v);
+    // every lane of a warp runs each trip (quant8 shuffles); a group's 4 lanes are
+    // all in range or all out (the chunk count is a multiple of 4)
+    for (int c0 = 0; c0 < M * (n >> 3); c0 += blockDim.x) {
+        const int c = c0 + threadIdx.x;
+        const bool in = c < M * (n >> 3);
+        const int m = in ? c / (n >> 3) : 0, i0 = in ? (c - m * (n >> 3)) * 8 : 0;
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (in) load8(x, dtype, (size_t)m * n + i0, v);
         int q[8];
         float gscale;
         int gbias;
         quant8(v, q, gscale, gbias);
+        if (!in) continue;
         const int g = i0 >> 5;
         int4* dst = reinterpret_cast<int4*>(sp + m * sps + g * 36 + (i0 & 31));
         dst[0] = make_int4(q[0], q[1], q[2], q[3]);
@@ -430,10 +435,12 @@ __global__ void __launch_bounds__(COLS_WARPS * 32) cols_kernel(
     int* gbm = reinterpret_cast<int*>(gsm + M * (per >> 5));
     const int row0 = blockIdx.y * per;
     const int nrows_split = min(nrows - row0, per);
-    for (int c = threadIdx.x; c < M * (per >> 3); c += blockDim.x) {
-        const int m = c / (per >> 3), i0 = (c - m * (per >> 3)) * 8;
+    for (int c0 = 0; c0 < M * (per >> 3); c0 += blockDim.x) {  // whole warps (quant8)
+        const int c = c0 + threadIdx.x;
+        const bool in = c < M * (per >> 3);
+        const int m = in ? c / (per >> 3) : 0, i0 = in ? (c - m * (per >> 3)) * 8 : 0;
         float v[8];
-        if (i0 < nrows_split) {
+        if (in && i0 < nrows_split) {
             load8(x, dtype, (size_t)m * nrows + row0 + i0, v);
             uint4 t = __ldg(reinterpret_cast<const uint4*>(rs + row0 + i0));
             const uint32_t u4[4] = {t.x, t.y, t.z, t.w};
@@ -452,6 +459,7 @@ __global__ void __launch_bounds__(COLS_WARPS * 32) cols_kernel(
         float gscale;
         int gbias;
         quant8(v, q, gscale, gbias);
+        if (!in) continue;
         int4* d = reinterpret_cast<int4*>(spl + m * per + i0);
         d[0] = make_int4(q[0], q[1], q[2], q[3]);
         d[1] = make_int4(q[4], q[5], q[6], q[7]);

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One H200 call of the int8 trellis kernel work: bash bench/device/gemv.sh STEP...
+# Steps: build (compile every (k, L, code) library in parallel), tests (the
+# int8 kernel tests + the CUDA runtime tests), gemv (bench/trellis_gemv.py),
+# decode (bench/decode_8b.py), triton (the Triton float kernels on CUDA).
+set -o pipefail
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=${TQBUILD_KERNEL_CACHE:-/tmp/tqk}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
+for step in "$@"; do
+  echo "=== $step $(date +%T)"
+  case $step in
+    build) timeout 300 python -c "
+import time; t = time.time()
+from tqbuild.runtime import trellis_cuda as tc
+cases = [(k, L, c) for c in ('mul1', '1mad') for k in (1, 2, 3, 4) for L in (12, 16)]
+tc.prebuild(cases); print('built', len(tc._libs), 'failed', tc._failed, round(time.time() - t, 1), 's')" ;;
+    tests) timeout "${TESTS_S:-240}" python -m pytest -q tests/test_trellis_int8.py \
+             tests/test_runtime_torch.py -k "cuda and not triton_kernels" 2>&1 \
+             | tee "$OUT/pytest.log" | tail -30 ;;
+    gemv) timeout "${GEMV_S:-300}" python bench/trellis_gemv.py 2>&1 | tee "$OUT/gemv.log" | cut -c1-300
+          cp bench/results/trellis_gemv-cuda.json "$OUT/" ;;
+    decode) timeout "${DECODE_S:-300}" python bench/decode_8b.py 2>&1 | tee "$OUT/decode.log" | tail -20
+            cp bench/results/decode_8b-cuda.json "$OUT/" ;;
+    triton) timeout "${TRITON_S:-300}" python -m pytest -q tests/test_runtime_torch.py \
+              -k triton_kernels_on_cuda 2>&1 | tee "$OUT/triton.log" | tail -5 ;;
+  esac
+done
+echo "=== done $(date +%T)"
