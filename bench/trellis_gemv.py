@@ -40,8 +40,9 @@ from tqbuild.runtime import trellis_triton as tk  # noqa: E402
 SHAPES = [("8192x8192", 8192, 8192, 1), ("gate 17408x5120", 17408, 5120, 1),
           ("down 5120x17408", 5120, 17408, 0)]
 CODE, L, T = "mul1", 12, 256
-ROWS_SWEEP = [None, {"RB": 2}, {"RB": 8}, {"RB": 4, "warps": 4}, {"RB": 4, "warps": 2}]
-COLS_SWEEP = [None, {"splits": 32}, {"splits": 64}, {"splits": 208}, {"splits": 17}]
+ROWS_SWEEP = [None, {"RB": 1}, {"RB": 4}, {"rgb": 8}, {"RB": 4, "rgb": 8},
+              {"warps": 8, "rgb": 2}, {"RB": 4, "warps": 8, "rgb": 2}]
+COLS_SWEEP = [None, {"splits": 33}, {"splits": 66}, {"splits": 132}, {"splits": 264}]
 
 
 def sass_loop(lib_path: Path, kernel: str, dp4a: int) -> tuple[int, dict] | None:

@@ -128,7 +128,10 @@ def test_cuda_linear_every_path_bf16(m):
         if m > tt.SMALL_M:  # expanded to the activation dtype: compare with bf16 weights
             w = w.bfloat16().float()
         want = x.float() @ w.T
-        assert torch.allclose(lin(x).float(), want, rtol=2e-2, atol=5e-2)
+        # M ≤ 8: int8 activations (runtime/act_int8.py) — an error of ~0.5 % of the
+        # outputs' scale, checked exactly against their reference in test_trellis_int8
+        atol = 2e-2 * want.abs().max().item() if m <= 8 else 5e-2
+        assert torch.allclose(lin(x).float(), want, rtol=2e-2, atol=atol)
 
 
 @pytest.mark.parametrize("code", ["1mad", "mul1"])

@@ -38,6 +38,9 @@ constexpr int K = TQ_K;
 constexpr int L = TQ_L;
 constexpr uint32_t MASK = L >= 32 ? 0xFFFFFFFFu : ((1u << L) - 1u);
 constexpr int U = 8;  // cols: input rows per unit
+#ifndef TQ_COLS_MINB
+#define TQ_COLS_MINB 2  // cols blocks an SM must hold (caps registers at 128)
+#endif
 
 __device__ __forceinline__ uint32_t code_hash(uint32_t s) {
 #if TQ_CODE == 0
@@ -60,6 +63,29 @@ __device__ __forceinline__ uint32_t state(const uint32_t (&w)[K + 1], int v) {
     const int wi = (K * v) >> 5, sh = (K * v) & 31;
     uint32_t s = (sh + L <= 32) ? (w[wi] >> sh) : __funnelshift_r(w[wi], w[wi + 1], sh);
     return s & MASK;
+}
+
+// word offsets of period p in its row: its first word, the next period's first
+// word (the block's first after its last period)
+struct Offsets { int first, next; };
+__device__ __forceinline__ Offsets offsets(int p, int ppb) {
+    const int last = (p & (ppb - 1)) == ppb - 1;
+    return {K * p, K * p + (last ? K * (1 - ppb) : K)};
+}
+
+__device__ __forceinline__ void load_ptr(const uint32_t* a, const uint32_t* nxt,
+                                         uint32_t (&w)[K + 1]) {
+    if constexpr (K == 4) {
+        uint4 t = __ldg(reinterpret_cast<const uint4*>(a));
+        w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
+    } else if constexpr (K == 2) {
+        uint2 t = __ldg(reinterpret_cast<const uint2*>(a));
+        w[0] = t.x; w[1] = t.y;
+    } else {
+#pragma unroll
+        for (int j = 0; j < K; ++j) w[j] = __ldg(a + j);
+    }
+    w[K] = __ldg(nxt);
 }
 
 // the k words of period p of a stored row and the next period's first word
@@ -255,9 +281,13 @@ __global__ void __launch_bounds__(512) rows_fused(
     const uint32_t* __restrict__ words, const __half* __restrict__ scales, const void* x,
     int dtype, float* __restrict__ out, int rows, int nw, int n, int ppb, int wpr,
     float factor) {
+    // M = 1: int32 splats, 36 ints a group; M > 1: int8 q, 12 ints a group (the
+    // splat made by one PRMT where used, so M rows of x fit in shared memory)
+    constexpr bool Q8 = M > 1;
+    constexpr int GS = Q8 ? 12 : 36;
     extern __shared__ int4 smem4[];
     int* smem = reinterpret_cast<int*>(smem4);
-    const int ng = n >> 5, sps = ng * 36;
+    const int ng = n >> 5, sps = ng * GS;
     int* sp = smem;
     float* gsm = reinterpret_cast<float*>(sp + M * sps);
     int* gbm = reinterpret_cast<int*>(gsm + M * ng);
@@ -277,9 +307,16 @@ __global__ void __launch_bounds__(512) rows_fused(
         quant8(v, q, gscale, gbias);
         if (!in) continue;
         const int g = i0 >> 5;
-        int4* dst = reinterpret_cast<int4*>(sp + m * sps + g * 36 + (i0 & 31));
-        dst[0] = make_int4(q[0], q[1], q[2], q[3]);
-        dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+        if constexpr (Q8) {
+            int2 b;
+            b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (q[3] & 0xFF) << 24;
+            b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (q[7] & 0xFF) << 24;
+            *reinterpret_cast<int2*>(sp + m * sps + g * GS + ((i0 & 31) >> 2)) = b;
+        } else {
+            int4* dst = reinterpret_cast<int4*>(sp + m * sps + g * GS + (i0 & 31));
+            dst[0] = make_int4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+        }
         if ((i0 & 31) == 0) {
             gsm[m * ng + g] = gscale;
             gbm[m * ng + g] = gbias;
@@ -298,10 +335,22 @@ __global__ void __launch_bounds__(512) rows_fused(
         for (int r = 0; r < RB; ++r)
 #pragma unroll
             for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
+        // software pipeline: the next period's words load while this one decodes
+        uint32_t wn[RB][K + 1];
+        if (wr * 32 + lane < ng) {
+#pragma unroll
+            for (int r = 0; r < RB; ++r) load_words(wrow[r], wr * 32 + lane, ppb, wn[r]);
+        }
         for (int p = wr * 32 + lane; p < ng; p += wpr * 32) {
             uint32_t w[RB][K + 1];
 #pragma unroll
-            for (int r = 0; r < RB; ++r) load_words(wrow[r], p, ppb, w[r]);
+            for (int r = 0; r < RB; ++r)
+#pragma unroll
+                for (int j = 0; j <= K; ++j) w[r][j] = wn[r][j];
+            if (p + wpr * 32 < ng) {
+#pragma unroll
+                for (int r = 0; r < RB; ++r) load_words(wrow[r], p + wpr * 32, ppb, wn[r]);
+            }
             const int pb = p & (ppb - 1);
             const int g = (p - pb) + (ppb - 1 - pb);
             int acc[RB][M];
@@ -309,21 +358,40 @@ __global__ void __launch_bounds__(512) rows_fused(
             for (int m = 0; m < M; ++m)
 #pragma unroll
                 for (int r = 0; r < RB; ++r) acc[r][m] = gbm[m * ng + g];
+            int4 q8[M][2];  // Q8: the group's 32 int8 inputs, 8 words
+            if constexpr (Q8) {
+#pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    q8[m][0] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS);
+                    q8[m][1] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS + 4);
+                }
+            }
 #pragma unroll
             for (int a = 0; a < 8; ++a) {
                 int4 s[M];
+                if constexpr (!Q8) {
 #pragma unroll
-                for (int m = 0; m < M; ++m)
-                    s[m] = *reinterpret_cast<const int4*>(sp + m * sps + g * 36 + 4 * (7 - a));
+                    for (int m = 0; m < M; ++m)
+                        s[m] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS + 4 * (7 - a));
+                }
 #pragma unroll
-                for (int b = 0; b < 4; ++b)
+                for (int b = 0; b < 4; ++b) {
+                    int sv[M];  // the splat of input 31 − 4a − b of each row of x
+#pragma unroll
+                    for (int m = 0; m < M; ++m) {
+                        if constexpr (Q8)
+                            sv[m] = (int)__byte_perm((uint32_t)comp(q8[m][(7 - a) >> 2], (7 - a) & 3),
+                                                     0u, (3 - b) * 0x1111u);
+                        else
+                            sv[m] = comp(s[m], 3 - b);
+                    }
 #pragma unroll
                     for (int r = 0; r < RB; ++r) {
                         const uint32_t h = code_hash(state(w[r], 4 * a + b));
 #pragma unroll
-                        for (int m = 0; m < M; ++m)
-                            acc[r][m] = dp4a_us(h, comp(s[m], 3 - b), acc[r][m]);
+                        for (int m = 0; m < M; ++m) acc[r][m] = dp4a_us(h, sv[m], acc[r][m]);
                     }
+                }
             }
 #pragma unroll
             for (int m = 0; m < M; ++m)
@@ -338,8 +406,26 @@ __global__ void __launch_bounds__(512) rows_fused(
                 float v = facc[r][m];
 #pragma unroll
                 for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-                if (lane == 0) red[warp * RB * M + r * M + m] = v;
+                facc[r][m] = v;
             }
+        if (wpr == 1) {  // a warp owns its rows: no block-wide step, warps run apart
+#pragma unroll
+            for (int e0 = 0; e0 < RB * M; e0 += 32) {
+                const int e = e0 + lane, r = e / M, m = e - r * M, row = r0 + r;
+                float v = 0.f;
+#pragma unroll
+                for (int i = e0; i < RB * M && i < e0 + 32; ++i) v = i == e ? facc[i / M][i % M] : v;
+                if (e < RB * M && rb0 + rg < nrb && row < rows)
+                    out[(size_t)m * rows + row] = v * __half2float(scales[row]) * factor;
+            }
+            continue;
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < RB; ++r)
+#pragma unroll
+                for (int m = 0; m < M; ++m) red[warp * RB * M + r * M + m] = facc[r][m];
+        }
         __syncthreads();
         const int t = threadIdx.x;
         if (t < rgb * RB * M) {
@@ -368,6 +454,16 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, co
     for (int v = 0; v < VPT; ++v)
 #pragma unroll
         for (int m = 0; m < M; ++m) facc[v][m] = 0.f;
+    // software pipeline: the next row's words load while this one decodes; rn/pn
+    // walk this warp's rows (U a unit, then a jump over the other RG − 1 units)
+    uint32_t wn[K + 1];
+    int rn = rg * U;
+    const uint32_t* pn = words + (size_t)(row0 + rn) * nw;
+    const size_t jump = (size_t)((RG - 1) * U + 1) * nw;
+    const Offsets po = offsets(p, ppb);
+    const uint32_t* qf = pn + po.first;  // this row's period words and next word:
+    const uint32_t* qn = pn + po.next;   // two pointers walked with the rows
+    if (rn < nrows_split) load_ptr(qf, qn, wn);
     for (int u = rg * U; u < nrows_split; u += RG * U) {
         const int g = u >> 5;
         int acc[VPT][M];
@@ -377,7 +473,6 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, co
 #pragma unroll
             for (int v = 0; v < VPT; ++v) acc[v][m] = b;
         }
-        const uint32_t* row = words + (size_t)(row0 + u) * nw;
 #pragma unroll
         for (int q4 = 0; q4 < U / 4; ++q4) {
             int4 s[M];
@@ -385,9 +480,15 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, co
             for (int m = 0; m < M; ++m)
                 s[m] = *reinterpret_cast<const int4*>(spl + m * per + u + 4 * q4);
 #pragma unroll
-            for (int i = 0; i < 4; ++i, row += nw) {
+            for (int i = 0; i < 4; ++i) {
                 uint32_t w[K + 1];
-                load_words(row, p, ppb, w);
+#pragma unroll
+                for (int j = 0; j <= K; ++j) w[j] = wn[j];
+                const size_t step = q4 * 4 + i == U - 1 ? jump : (size_t)nw;
+                rn += q4 * 4 + i == U - 1 ? (RG - 1) * U + 1 : 1;
+                qf += step;
+                qn += step;
+                if (rn < nrows_split) load_ptr(qf, qn, wn);
 #pragma unroll
                 for (int v = 0; v < VPT; ++v) {
                     const uint32_t h = code_hash(state(w, SUB * VPT + v));
@@ -423,7 +524,7 @@ __host__ __device__ constexpr size_t cols_smem(int M, int per) {
 // A block: 32 periods of output columns × one split of `per` input rows, whose
 // activations (x · the rows' scales) it quantizes first into shared memory.
 template <int M>
-__global__ void __launch_bounds__(COLS_WARPS * 32) cols_kernel(
+__global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     const uint32_t* __restrict__ words, const void* x, int dtype,
     const __half* __restrict__ rs, float* __restrict__ dst, int nrows, int nw, int n_out,
     int ppb, int per, float factor) {
@@ -515,9 +616,16 @@ int launch_rows(const uint32_t* words, const __half* scales, const int* splat, c
     return (int)cudaGetLastError();
 }
 
+int sm_count() {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return sms;
+}
+
 size_t fused_smem(int M, int n, int RB, int warps) {
     const int ng = n >> 5;
-    return ((size_t)M * ng * 36 + 2 * (size_t)M * ng + (size_t)warps * RB * M) * 4;
+    return ((size_t)M * ng * (M > 1 ? 12 : 36) + 2 * (size_t)M * ng + (size_t)warps * RB * M) * 4;
 }
 
 template <int M>
@@ -526,19 +634,34 @@ int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x
                       int blocks_per_sm, float factor, cudaStream_t st) {
     const int warps = wpr * rgb;
     const size_t smem = fused_smem(M, n, rb, warps);
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int sms = sm_count();
     const int nrb = (rows + rb - 1) / rb;
-    const int grid = max(1, min((nrb + rgb - 1) / rgb, sms * blocks_per_sm));
-#define TQ_RB(R) case R: \
+#define TQ_RB(R) case R: { \
         if (smem > 48 * 1024) cudaFuncSetAttribute(rows_fused<M, R>, \
             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem); \
+        int bps = blocks_per_sm; \
+        if (bps <= 0) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_fused<M, R>, \
+                                                                    warps * 32, smem); \
+        const int grid = max(1, min((nrb + rgb - 1) / rgb, sms * max(1, bps))); \
         rows_fused<M, R><<<grid, warps * 32, smem, st>>>(words, scales, x, dtype, out, rows, nw, \
-            n, ppb, wpr, factor); break;
+            n, ppb, wpr, factor); break; }
     switch (rb) { TQ_RB(1) TQ_RB(2) TQ_RB(4) TQ_RB(8) default: return -1; }
 #undef TQ_RB
     return (int)cudaGetLastError();
+}
+
+// cols rows a block: one full wave of blocks at the kernel's occupancy, no more
+// rows than their splats fit in `limit` bytes of shared memory; a multiple of 32
+template <int M>
+int auto_per(int nrows, int n_out, size_t limit) {
+    int per = (nrows + 31) / 32 * 32, occ = 0;
+    while (per > 32 && cols_smem(M, per) > limit) per = (per / 2 + 31) / 32 * 32;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, cols_kernel<M>, COLS_WARPS * 32,
+                                                  cols_smem(M, per));
+    const int blocks_x = (n_out / 32 + 31) / 32;
+    const int splits = max(1, sm_count() * max(1, occ) / blocks_x);
+    const int want = ((nrows + splits - 1) / splits + 31) / 32 * 32;
+    return min(per, max(32, want));
 }
 
 template <int M>
@@ -628,5 +751,12 @@ int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, fl
 }
 
 size_t tq_gemv_cols_smem(int M, int per) { return cols_smem(M, per); }
+
+int tq_gemv_cols_per(int M, int nrows, int n_out, size_t limit) {
+#define TQ_M(X) case X: return auto_per<X>(nrows, n_out, limit);
+    switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
+#undef TQ_M
+    return -1;
+}
 
 }  // extern "C"

@@ -27,7 +27,6 @@ SOURCE = Path(__file__).parents[1] / "kernels" / "trellis_gemv.cu"
 CODE_IDS = {"1mad": 0, "mul1": 2}
 MAX_M = 8
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-TARGET_BLOCKS = 528  # cols: ≈ 4 blocks of 8 warps per SM of an H200
 
 _libs: dict[tuple[int, int, str], ctypes.CDLL] = {}
 _failed: dict[tuple[int, int, str], str] = {}
@@ -53,7 +52,8 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
         "tq_gemv_rows_fused": (I, [P, P, P, I, P] + [I] * 9 + [F, P]),
         "tq_gemv_cols": (I, [P, P, I, P, P, P] + [I] * 6 + [F, P]),
         "tq_gemv_fused_smem": (Z, [I] * 4),
-        "tq_gemv_cols_smem": (Z, [I] * 2)}
+        "tq_gemv_cols_smem": (Z, [I] * 2),
+        "tq_gemv_cols_per": (I, [I, I, I, Z])}
     for name, (res, args) in sig.items():
         f = getattr(dll, name)
         f.restype, f.argtypes = res, args
@@ -131,29 +131,26 @@ SMEM_LIMIT = 200 << 10  # dynamic shared memory a block may take (H100/H200: 227
 
 
 def rows_cfg(M: int, ng: int, cfg: dict | None = None) -> dict:
-    """Rows per thread by M (registers); a row group's warps split the periods
-    evenly (≤ 16), row groups fill a block of ≤ 512 threads; `fused`: the block
-    quantizes x itself (persistent grid of `bps` blocks per SM)."""
-    iters = -(-ng // (32 * 16))
-    wpr = -(-ng // (32 * iters))
-    c = {"RB": 4 if M <= 2 else 2 if M <= 4 else 1, "warps": wpr, "rgb": max(1, 16 // wpr),
-         "bps": 2, "fused": True}
-    return {**c, **(cfg or {})}
+    """Rows per warp by M (registers). Default: a warp owns its rows (`warps` = 1
+    per row group, no block-wide reduction), 16 row groups a block, blocks per SM
+    at the kernel's occupancy (`bps` 0); `fused`: the block quantizes x itself."""
+    c = {"RB": 2 if M <= 2 else 1, "warps": 1, "rgb": 16, "bps": 0, "fused": True,
+         **(cfg or {})}
+    c["rgb"] = max(1, min(c["rgb"], 16 // c["warps"]))  # ≤ 512 threads
+    return c
 
 
 def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None = None) -> int:
-    """Input rows a block takes (a multiple of 32): enough splits to fill the GPU,
-    few enough rows that their splats fit in shared memory."""
+    """Input rows a block takes (a multiple of 32): by default one full wave of
+    blocks, no more rows than their splats fit in shared memory."""
     if cfg and "per" in cfg:
         return int(cfg["per"])
-    blocks_x = -(-n_out // (32 * 32))
-    splits = max(1, -(-TARGET_BLOCKS // blocks_x))
     if cfg and "splits" in cfg:
-        splits = int(cfg["splits"])
-    per = -(-nrows // (32 * splits)) * 32
-    while per > 32 and lib.tq_gemv_cols_smem(M, per) > SMEM_LIMIT:
-        per = -(-(per // 2) // 32) * 32
-    return per
+        per = -(-nrows // (32 * int(cfg["splits"]))) * 32
+        while per > 32 and lib.tq_gemv_cols_smem(M, per) > SMEM_LIMIT:
+            per = -(-(per // 2) // 32) * 32
+        return per
+    return int(lib.tq_gemv_cols_per(M, nrows, n_out, SMEM_LIMIT))
 
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
