@@ -102,8 +102,9 @@ def main() -> None:
     for k in (2, 3, 4):
         lib = nvcc.library_path(tc.SOURCE, ["-O3", f"-arch={nvcc.arch()}", *tc._flags(k, L, CODE),
                                             "-shared", "-Xcompiler", "-fPIC"])
-        for name, tmpl, m, per_trip in (("rows M1 RB4", "rows_fusedILi1ELi4E", 1, 4 * 32),
-                                        ("rows M4 RB2", "rows_fusedILi4ELi2E", 4, 2 * 32),
+        for name, tmpl, m, per_trip in (("rows M1 RB2", "rows_fusedILi1ELi2E", 1, 2 * 2 * 32),
+                                        ("rows M1 RB4", "rows_fusedILi1ELi4E", 1, 2 * 4 * 32),
+                                        ("rows M4 RB1", "rows_fusedILi4ELi1E", 4, 2 * 1 * 32),
                                         ("cols M1", "cols_kernelILi1E", 1, 8 * 32),
                                         ("cols M4", "cols_kernelILi4E", 4, 8 * 8),
                                         ("cols M8", "cols_kernelILi8E", 8, 8 * 4)):

@@ -41,6 +41,9 @@ constexpr int U = 8;  // cols: input rows per unit
 #ifndef TQ_COLS_MINB
 #define TQ_COLS_MINB 2  // cols blocks an SM must hold (caps registers at 128)
 #endif
+#ifndef TQ_COLS_DEPTH
+#define TQ_COLS_DEPTH 4  // cols: rows of words in flight ahead of the decode
+#endif
 
 __device__ __forceinline__ uint32_t code_hash(uint32_t s) {
 #if TQ_CODE == 0
@@ -212,8 +215,7 @@ __global__ void __launch_bounds__(512) rows_kernel(
             if (lane == 0) red[warp][r * M + m] = v;
         }
     __syncthreads();
-    const int t = threadIdx.x;
-    if (t < RB * M) {
+    for (int t = threadIdx.x; t < RB * M; t += blockDim.x) {
         const int r = t / M, m = t % M;
         float v = 0.f;
         for (int i = 0; i < nwarps; ++i) v += red[i][t];
@@ -269,6 +271,60 @@ __device__ __forceinline__ void quant8(const float (&v)[8], int (&q)[8], float& 
     for (int o = 1; o <= 2; o <<= 1) sq += __shfl_xor_sync(0xFFFFFFFFu, sq, o);
     gscale = bad ? __int_as_float(0x7FC00000) : __fdiv_rn(a, 127.f);
     gbias = -510 * sq;
+}
+
+// one period p of RB rows (words w) against the shared-memory inputs: facc +=
+template <int M, int RB, bool Q8, int GS>
+__device__ __forceinline__ void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb,
+                                            int ng, int sps, const int* sp, const float* gsm,
+                                            const int* gbm, float (&facc)[RB][M]) {
+    const int pb = p & (ppb - 1);
+    const int g = (p - pb) + (ppb - 1 - pb);
+    int acc[RB][M];
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < RB; ++r) acc[r][m] = gbm[m * ng + g];
+    int4 q8[M][2];  // Q8: the group's 32 int8 inputs, 8 words
+    if constexpr (Q8) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            q8[m][0] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS);
+            q8[m][1] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS + 4);
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 8; ++a) {
+        int4 s[M];
+        if constexpr (!Q8) {
+#pragma unroll
+            for (int m = 0; m < M; ++m)
+                s[m] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS + 4 * (7 - a));
+        }
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            int sv[M];  // the splat of input 31 − 4a − b of each row of x
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                if constexpr (Q8)
+                    sv[m] = (int)__byte_perm((uint32_t)comp(q8[m][(7 - a) >> 2], (7 - a) & 3),
+                                             0u, (3 - b) * 0x1111u);
+                else
+                    sv[m] = comp(s[m], 3 - b);
+            }
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                const uint32_t h = code_hash(state(w[r], 4 * a + b));
+#pragma unroll
+                for (int m = 0; m < M; ++m) acc[r][m] = dp4a_us(h, sv[m], acc[r][m]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < RB; ++r)
+            facc[r][m] = fmaf(gsm[m * ng + g], (float)acc[r][m], facc[r][m]);
 }
 
 // rows, the activations quantized by the block itself into shared memory: a
@@ -335,69 +391,36 @@ __global__ void __launch_bounds__(512) rows_fused(
         for (int r = 0; r < RB; ++r)
 #pragma unroll
             for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
-        // software pipeline: the next period's words load while this one decodes
-        uint32_t wn[RB][K + 1];
-        if (wr * 32 + lane < ng) {
+        // software pipeline two periods deep: slots A and B hold the words of the
+        // next two periods of this lane, each reloaded as soon as it is consumed
+        const int S = wpr * 32, p0 = wr * 32 + lane;
+        uint32_t wa[RB][K + 1], wb[RB][K + 1];
 #pragma unroll
-            for (int r = 0; r < RB; ++r) load_words(wrow[r], wr * 32 + lane, ppb, wn[r]);
+        for (int r = 0; r < RB; ++r) {
+            if (p0 < ng) load_words(wrow[r], p0, ppb, wa[r]);
+            if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
         }
-        for (int p = wr * 32 + lane; p < ng; p += wpr * 32) {
+        for (int p = p0; p < ng; p += 2 * S) {
             uint32_t w[RB][K + 1];
 #pragma unroll
             for (int r = 0; r < RB; ++r)
 #pragma unroll
-                for (int j = 0; j <= K; ++j) w[r][j] = wn[r][j];
-            if (p + wpr * 32 < ng) {
+                for (int j = 0; j <= K; ++j) w[r][j] = wa[r][j];
+            if (p + 2 * S < ng) {
 #pragma unroll
-                for (int r = 0; r < RB; ++r) load_words(wrow[r], p + wpr * 32, ppb, wn[r]);
+                for (int r = 0; r < RB; ++r) load_words(wrow[r], p + 2 * S, ppb, wa[r]);
             }
-            const int pb = p & (ppb - 1);
-            const int g = (p - pb) + (ppb - 1 - pb);
-            int acc[RB][M];
+            rows_period<M, RB, Q8, GS>(w, p, ppb, ng, sps, sp, gsm, gbm, facc);
+            if (p + S >= ng) break;
 #pragma unroll
-            for (int m = 0; m < M; ++m)
+            for (int r = 0; r < RB; ++r)
 #pragma unroll
-                for (int r = 0; r < RB; ++r) acc[r][m] = gbm[m * ng + g];
-            int4 q8[M][2];  // Q8: the group's 32 int8 inputs, 8 words
-            if constexpr (Q8) {
+                for (int j = 0; j <= K; ++j) w[r][j] = wb[r][j];
+            if (p + 3 * S < ng) {
 #pragma unroll
-                for (int m = 0; m < M; ++m) {
-                    q8[m][0] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS);
-                    q8[m][1] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS + 4);
-                }
+                for (int r = 0; r < RB; ++r) load_words(wrow[r], p + 3 * S, ppb, wb[r]);
             }
-#pragma unroll
-            for (int a = 0; a < 8; ++a) {
-                int4 s[M];
-                if constexpr (!Q8) {
-#pragma unroll
-                    for (int m = 0; m < M; ++m)
-                        s[m] = *reinterpret_cast<const int4*>(sp + m * sps + g * GS + 4 * (7 - a));
-                }
-#pragma unroll
-                for (int b = 0; b < 4; ++b) {
-                    int sv[M];  // the splat of input 31 − 4a − b of each row of x
-#pragma unroll
-                    for (int m = 0; m < M; ++m) {
-                        if constexpr (Q8)
-                            sv[m] = (int)__byte_perm((uint32_t)comp(q8[m][(7 - a) >> 2], (7 - a) & 3),
-                                                     0u, (3 - b) * 0x1111u);
-                        else
-                            sv[m] = comp(s[m], 3 - b);
-                    }
-#pragma unroll
-                    for (int r = 0; r < RB; ++r) {
-                        const uint32_t h = code_hash(state(w[r], 4 * a + b));
-#pragma unroll
-                        for (int m = 0; m < M; ++m) acc[r][m] = dp4a_us(h, sv[m], acc[r][m]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int m = 0; m < M; ++m)
-#pragma unroll
-                for (int r = 0; r < RB; ++r)
-                    facc[r][m] = fmaf(gsm[m * ng + g], (float)acc[r][m], facc[r][m]);
+            rows_period<M, RB, Q8, GS>(w, p + S, ppb, ng, sps, sp, gsm, gbm, facc);
         }
 #pragma unroll
         for (int r = 0; r < RB; ++r)
@@ -427,8 +450,8 @@ __global__ void __launch_bounds__(512) rows_fused(
                 for (int m = 0; m < M; ++m) red[warp * RB * M + r * M + m] = facc[r][m];
         }
         __syncthreads();
-        const int t = threadIdx.x;
-        if (t < rgb * RB * M) {
+        int t = threadIdx.x;
+        for (; t < rgb * RB * M; t += blockDim.x) {
             const int g2 = t / (RB * M), e = t - g2 * RB * M, r = e / M, m = e - r * M;
             const int row = (rb0 + g2) * RB + r;
             float v = 0.f;
@@ -454,16 +477,24 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, co
     for (int v = 0; v < VPT; ++v)
 #pragma unroll
         for (int m = 0; m < M; ++m) facc[v][m] = 0.f;
-    // software pipeline: the next row's words load while this one decodes; rn/pn
-    // walk this warp's rows (U a unit, then a jump over the other RG − 1 units)
-    uint32_t wn[K + 1];
+    // software pipeline, D rows deep: row i's words were loaded D rows earlier into
+    // ring slot i % D; rn/qf/qn walk the rows to load (U a unit, then a jump
+    // over the other RG − 1 units' rows)
+    constexpr int D = TQ_COLS_DEPTH;
+    static_assert(U % D == 0 && D < U, "the ring must tile a unit");
+    uint32_t ring[D][K + 1];
     int rn = rg * U;
-    const uint32_t* pn = words + (size_t)(row0 + rn) * nw;
     const size_t jump = (size_t)((RG - 1) * U + 1) * nw;
     const Offsets po = offsets(p, ppb);
-    const uint32_t* qf = pn + po.first;  // this row's period words and next word:
-    const uint32_t* qn = pn + po.next;   // two pointers walked with the rows
-    if (rn < nrows_split) load_ptr(qf, qn, wn);
+    const uint32_t* qf = words + (size_t)(row0 + rn) * nw + po.first;
+    const uint32_t* qn = words + (size_t)(row0 + rn) * nw + po.next;
+#pragma unroll
+    for (int d = 0; d < D; ++d) {  // rows 0 .. D−1 of the first unit
+        if (rn < nrows_split) load_ptr(qf, qn, ring[d]);
+        rn += 1;
+        qf += nw;
+        qn += nw;
+    }
     for (int u = rg * U; u < nrows_split; u += RG * U) {
         const int g = u >> 5;
         int acc[VPT][M];
@@ -481,14 +512,15 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, co
                 s[m] = *reinterpret_cast<const int4*>(spl + m * per + u + 4 * q4);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
+                const int pos = q4 * 4 + i;  // this row in the unit; the load is row pos + D
                 uint32_t w[K + 1];
 #pragma unroll
-                for (int j = 0; j <= K; ++j) w[j] = wn[j];
-                const size_t step = q4 * 4 + i == U - 1 ? jump : (size_t)nw;
-                rn += q4 * 4 + i == U - 1 ? (RG - 1) * U + 1 : 1;
-                qf += step;
-                qn += step;
-                if (rn < nrows_split) load_ptr(qf, qn, wn);
+                for (int j = 0; j <= K; ++j) w[j] = ring[pos % D][j];
+                if (rn < nrows_split) load_ptr(qf, qn, ring[pos % D]);
+                const bool unit_end = (pos + D) % U == U - 1;  // the loaded row ends a unit
+                rn += unit_end ? (RG - 1) * U + 1 : 1;
+                qf += unit_end ? jump : (size_t)nw;
+                qn += unit_end ? jump : (size_t)nw;
 #pragma unroll
                 for (int v = 0; v < VPT; ++v) {
                     const uint32_t h = code_hash(state(w, SUB * VPT + v));

@@ -134,7 +134,7 @@ def rows_cfg(M: int, ng: int, cfg: dict | None = None) -> dict:
     """Rows per warp by M (registers). Default: a warp owns its rows (`warps` = 1
     per row group, no block-wide reduction), 16 row groups a block, blocks per SM
     at the kernel's occupancy (`bps` 0); `fused`: the block quantizes x itself."""
-    c = {"RB": 2 if M <= 2 else 1, "warps": 1, "rgb": 16, "bps": 0, "fused": True,
+    c = {"RB": 2 if M <= 4 else 1, "warps": 1, "rgb": 16, "bps": 0, "fused": True,
          **(cfg or {})}
     c["rgb"] = max(1, min(c["rgb"], 16 // c["warps"]))  # ≤ 512 threads
     return c
