@@ -3,6 +3,7 @@ kernels of kernels/trellis_gemv.cu) next to bf16 cuBLAS and the float-activation
 Triton kernels, on the H200.
 
     python bench/trellis_gemv.py      # -> bench/results/trellis_gemv-cuda.json
+    python bench/trellis_gemv.py --shapes down,gate --ms 1,4 --ks 3 --tag -x   # a part
 
 Shapes: 8192×8192 and 17408×5120 (gate/up: the `rows` kernel) and 5120×17408
 (down_proj, coded along its output dim: the `cols` kernel); k = 2, 3, 4, L = 12,
@@ -40,6 +41,7 @@ from tqbuild.runtime import trellis_triton as tk  # noqa: E402
 SHAPES = [("8192x8192", 8192, 8192, 1), ("gate 17408x5120", 17408, 5120, 1),
           ("down 5120x17408", 5120, 17408, 0)]
 CODE, L, T = "mul1", 12, 256
+TAG = ""
 ROWS_SWEEP = [None, {"RB": 1}, {"RB": 4}, {"rgb": 8}, {"RB": 4, "rgb": 8},
               {"warps": 8, "rgb": 2}, {"RB": 4, "warps": 8, "rgb": 2}]
 COLS_SWEEP = [None, {"splits": 33}, {"splits": 66}, {"splits": 132}, {"splits": 264}]
@@ -93,13 +95,26 @@ def time_triton(x, copies, **kw) -> float:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="", help="name prefixes, e.g. down,gate (default all)")
+    ap.add_argument("--ms", default="1,2,4,8")
+    ap.add_argument("--ks", default="2,3,4")
+    ap.add_argument("--tag", default="")
+    a = ap.parse_args()
+    shapes = [s for s in SHAPES if not a.shapes or s[0].split()[0] in a.shapes.split(",")]
+    ms = [int(m) for m in a.ms.split(",")]
+    ks = [int(k) for k in a.ks.split(",")]
+    global TAG
+    TAG = a.tag
     dev = "cuda"
-    tc.prebuild([(k, L, CODE) for k in (2, 3, 4)])
+    tc.prebuild([(k, L, CODE) for k in ks])
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()
     res = {"host": host(), "l2_bytes": l2, "copy_bytes_per_s": bw, "code": CODE, "L": L, "T": T,
            "sweeps": {}, "cases": [], "sass": {}}
-    for k in (2, 3, 4):
+    for k in ks:
         lib = nvcc.library_path(tc.SOURCE, ["-O3", f"-arch={nvcc.arch()}", *tc._flags(k, L, CODE),
                                             "-shared", "-Xcompiler", "-fPIC"])
         for name, tmpl, m, per_trip in (("rows M1 RB2", "rows_fusedILi1ELi2E", 1, 2 * 2 * 32),
@@ -116,7 +131,7 @@ def main() -> None:
                       f"{s[0] / per_trip:.2f}; {s[1]}", flush=True)
     g = torch.Generator(device=dev).manual_seed(0)
     best = {}
-    for name, out_f, in_f, axis in SHAPES:  # block shapes at k = 3, M = 1
+    for name, out_f, in_f, axis in shapes:  # block shapes at k = 3, M = 1
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
         x = torch.randn(1, in_f, device=dev, dtype=torch.bfloat16, generator=g)
         copies, _ = packed_case(x, 3, rows, cols, l2, g)
@@ -129,21 +144,21 @@ def main() -> None:
         best[name] = min(tried, key=lambda c: c["seconds"])["cfg"]
         del copies
     res["chosen"] = best
-    for name, out_f, in_f, axis in SHAPES:
+    for name, out_f, in_f, axis in shapes:
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
         wb = torch.randn(out_f, in_f, device=dev, dtype=torch.bfloat16, generator=g)
         bfs = [wb.clone() for _ in range(copies_for(wb.numel() * 2, l2))]
         del wb
         t_bf = {}
-        for m in (1, 2, 4, 8):
+        for m in ms:
             xm = torch.randn(m, in_f, device=dev, dtype=torch.bfloat16, generator=g)
             t_bf[m] = graph_time(lambda xm=xm, bfs=bfs: [torch.nn.functional.linear(xm, w)
                                                           for w in bfs]) / len(bfs)
         del bfs
-        for k in (2, 3, 4):
+        for k in ks:
             copies, nbytes = packed_case(None, k, rows, cols, l2, g)
             kw = dict(code=CODE, k=k, T=T, L=L, axis=axis, out_features=out_f, in_features=in_f)
-            for m in (1, 2, 4, 8):
+            for m in ms:
                 xm = torch.randn(m, in_f, device=dev, dtype=torch.bfloat16, generator=g)
                 cfg = best[name] if m == 1 else None
                 t = time_int8(xm, copies, cfg, **kw)
@@ -168,7 +183,7 @@ def main() -> None:
 def save(res: dict) -> None:
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    (out / "trellis_gemv-cuda.json").write_text(json.dumps(res, indent=2) + "\n")
+    (out / f"trellis_gemv-cuda{TAG}.json").write_text(json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":
