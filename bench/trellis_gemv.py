@@ -9,8 +9,8 @@ Shapes: 8192×8192 and 17408×5120 (gate/up: the `rows` kernel) and 5120×17408
 (down_proj, coded along its output dim: the `cols` kernel); k = 2, 3, 4, L = 12,
 T = 256, mul1 (the shipped code); M = 1, 2, 4, 8. Every timing replays a CUDA
 graph over enough distinct weight copies that the working set exceeds 3× the
-L2, and includes the activation-quantize kernel (one per call, as the module
-runs). Ceilings: the packed bytes at the measured copy bandwidth; instructions
+L2; the kernels quantize x themselves (no separate launch). Ceilings: the
+packed bytes at the measured copy bandwidth; instructions
 per weight counted in the kernel's SASS main loop (cuobjdump), every instruction
 of the loop (loads, index math, decode, dp4a) ÷ the weights one thread decodes
 per trip.
@@ -169,11 +169,6 @@ def main() -> None:
                 if m <= tk.MAX_M:  # the float-activation Triton kernels, same call
                     case["triton_float_seconds"] = time_triton(xm, copies, **kw)
                     case["speedup_vs_triton_float"] = case["triton_float_seconds"] / t
-                if m == 1:  # the quantize kernel alone (included in `seconds`)
-                    lib = tc.library(k, L, CODE)
-                    sc = copies[0][1] if axis == 0 else None
-                    case["quantize_seconds"] = graph_time(
-                        lambda xm=xm, lib=lib, sc=sc: tc.quantize(lib, xm, sc), n_iter=50)
                 print(json.dumps(case), flush=True)
                 res["cases"].append(case)
                 save(res)

@@ -116,7 +116,7 @@ def _cuda_cases():
                     rows, cols = (96 + 32 * (i % 3), 1024 if T == 512 else 768)
                     if axis == 1:
                         rows += 5  # ragged output rows
-                    cfg = ([None, {"RB": 2, "warps": 3}, {"RB": 8, "fused": False},
+                    cfg = ([None, {"RB": 2, "warps": 3}, {"RB": 8},
                             {"RB": 1, "warps": 1, "rgb": 3, "bps": 1}][i % 4] if axis == 1 else
                            [None, {"splits": 1}, {"splits": 7}, {"per": 32}][i % 4])
                     cases.append((code, L, T, k, axis, rows, cols, M, cfg))
@@ -141,7 +141,7 @@ def test_cuda_int8_kernels_match_the_reference():
         want = act_int8.matvec_reference(x.float().numpy(), words, scales, code=code, k=k, T=T,
                                          L=L, axis=axis)
         xc = x.cuda()
-        assert trellis_cuda.available(xc, code, k, L, T, cols, n_in), trellis_cuda._failed
+        assert trellis_cuda.available(xc, code, k, L, T, cols, n_in, axis), trellis_cuda._failed
         y = trellis_cuda.matvec(xc, torch.from_numpy(words.view(np.int32)).cuda(),
                                 torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
                                 axis=axis, out_features=n_out, in_features=n_in, cfg=cfg)

@@ -18,6 +18,7 @@ from ..io.gguf_import import import_gguf
 from ..io.resolve import resolve_source as from_recipe
 from ..io.source import Source
 from ..recipe import load
+from ..runtime import trellis_cuda
 from ..runtime.torch_load import load_torch
 from .metrics import window_logits, window_nll
 from .streaming import reader_for, stream_logits
@@ -42,6 +43,13 @@ def resolve_source(src: Path, workdir: Path) -> Path:
     return src
 
 
+def load_artifact(path: Path, device: str):
+    """The whole artifact in torch: dequantized, or with packed trellis modules where
+    TQBUILD_TRELLIS_ACT=int8 asks for the int8-activation semantics of the CUDA
+    decode kernels (emulated on CPU) — so eval measures what that runtime computes."""
+    return load_torch(path, packed=trellis_cuda.mode() == "int8").to(device)
+
+
 def path_window_logits(path: Path, ids: torch.Tensor, window: int, device: str, stream: bool,
                   on_window) -> None:
     """on_window(start, float32 logits) per window: the whole model loaded (`stream`
@@ -51,7 +59,7 @@ def path_window_logits(path: Path, ids: torch.Tensor, window: int, device: str, 
         stream_logits(reader_for(path), ids, window, on_window, device)
         return
     if (Path(path) / "optiq_metadata.json").is_file():
-        model = load_torch(path).to(device)
+        model = load_artifact(path, device)
     else:
         from transformers import AutoModelForCausalLM
 
@@ -165,7 +173,7 @@ def evaluate(artifact: Path, source: Path, *, text: Path | None = None, tokens: 
            "text": text.name, "tokens": int(ids.numel()), "window": window, "top_k": dump.k,
            "source_perplexity": source_ppl, **scores, "device": device, "streamed": stream}
     if probe:  # generation needs the whole model
-        model = load_torch(artifact).to(device)
+        model = load_artifact(artifact, device)
         model.generation_config.eos_token_id = tok.eos_token_id
         out["eos_probe"] = eos_probe(model, tok, device)
     out["seconds"] = round(time.perf_counter() - t0, 1)

@@ -15,9 +15,10 @@
 // input col0 − v, col0 = (p / ppb)·T + T−1 − 32·(p % ppb): the period's 32 inputs
 // are one aligned activation group g = col0 / 32.
 //
-// `rows` (axis 1): a block owns RB output rows; its warps' lanes take periods;
-// each thread decodes a period of RB rows, every splat it loads serving RB
-// weights; lanes and warps are summed in shared memory (fixed order).
+// `rows` (axis 1): a persistent block first quantizes x into shared memory; then
+// each warp owns RB output rows at a time, its lanes taking periods (two
+// prefetched), every splat serving RB weights; lanes are summed by shuffles
+// (fixed order).
 // `cols` (axis 0, stored transposed: stored row i = input i): a warp's lanes take
 // 32 consecutive periods of output columns; warps split the 32-weight period
 // into S = 32/VPT sub-periods (VPT accumulators per input row M) and the input
@@ -94,134 +95,14 @@ __device__ __forceinline__ void load_ptr(const uint32_t* a, const uint32_t* nxt,
 // the k words of period p of a stored row and the next period's first word
 __device__ __forceinline__ void load_words(const uint32_t* row, int p, int ppb,
                                            uint32_t (&w)[K + 1]) {
-    const uint32_t* a = row + K * p;
-    if constexpr (K == 4) {
-        uint4 t = __ldg(reinterpret_cast<const uint4*>(a));
-        w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
-    } else if constexpr (K == 2) {
-        uint2 t = __ldg(reinterpret_cast<const uint2*>(a));
-        w[0] = t.x; w[1] = t.y;
-    } else {
-#pragma unroll
-        for (int j = 0; j < K; ++j) w[j] = __ldg(a + j);
-    }
-    const int last = (p & (ppb - 1)) == ppb - 1;
-    w[K] = __ldg(a + (last ? K * (1 - ppb) : K));
+    const Offsets o = offsets(p, ppb);
+    load_ptr(row + o.first, row + o.next, w);
 }
 
 __device__ __forceinline__ int comp(const int4& s, int i) {
     return i == 0 ? s.x : i == 1 ? s.y : i == 2 ? s.z : s.w;
 }
 
-template <typename T> __device__ __forceinline__ float to_float(T v);
-template <> __device__ __forceinline__ float to_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-template <> __device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
-
-// One warp per group of 32 inputs of one input row m (blockIdx.y):
-// q = rint(v · (127 / max|v|)) with v = x (· the stored row's scale for cols),
-// splat = q in all four bytes, gs = max|v| / 127, gb = −510 · Σq.
-template <typename T>
-__global__ void quant_kernel(const T* __restrict__ x, const __half* __restrict__ rs, int n,
-                             int* __restrict__ splat, float* __restrict__ gs,
-                             int* __restrict__ gb) {
-    const int groups = n >> 5;
-    const int g = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31, m = blockIdx.y;
-    if (g >= groups) return;
-    const int i = g * 32 + lane;
-    float v = to_float(x[(size_t)m * n + i]);
-    if (rs != nullptr) v = __fmul_rn(v, __half2float(rs[i]));
-    float a = fabsf(v);
-    const bool bad = __any_sync(0xFFFFFFFFu, isnan(v));
-#pragma unroll
-    for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
-    int q = 0;
-    if (a > 0.f && !bad && !isinf(a)) {
-        q = (int)rintf(__fmul_rn(v, __fdiv_rn(127.f, a)));
-        q = max(-127, min(127, q));
-    }
-    splat[(size_t)m * n + i] = (int)((uint32_t)(q & 0xFF) * 0x01010101u);
-    int sq = q;
-#pragma unroll
-    for (int o = 16; o; o >>= 1) sq += __shfl_xor_sync(0xFFFFFFFFu, sq, o);
-    if (lane == 0) {
-        gs[m * groups + g] = bad ? __int_as_float(0x7FC00000) : __fdiv_rn(a, 127.f);
-        gb[m * groups + g] = -510 * sq;
-    }
-}
-
-template <int M, int RB>
-__global__ void __launch_bounds__(512) rows_kernel(
-    const uint32_t* __restrict__ words, const __half* __restrict__ scales,
-    const int4* __restrict__ splat, const float* __restrict__ gs, const int* __restrict__ gb,
-    float* __restrict__ out, int rows, int nw, int n, int ppb, float factor) {
-    const int ng = n >> 5, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nwarps = blockDim.x >> 5, r0 = blockIdx.x * RB;
-    const uint32_t* wrow[RB];
-#pragma unroll
-    for (int r = 0; r < RB; ++r) wrow[r] = words + (size_t)min(r0 + r, rows - 1) * nw;
-    float facc[RB][M];
-#pragma unroll
-    for (int r = 0; r < RB; ++r)
-#pragma unroll
-        for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
-
-    for (int p = warp * 32 + lane; p < ng; p += nwarps * 32) {
-        uint32_t w[RB][K + 1];
-#pragma unroll
-        for (int r = 0; r < RB; ++r) load_words(wrow[r], p, ppb, w[r]);
-        const int pb = p & (ppb - 1);
-        const int g = (p - pb) + (ppb - 1 - pb);  // col0 / 32
-        int acc[RB][M];
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-            const int b = __ldg(gb + m * ng + g);
-#pragma unroll
-            for (int r = 0; r < RB; ++r) acc[r][m] = b;
-        }
-#pragma unroll
-        for (int a = 0; a < 8; ++a) {  // weights 4a .. 4a+3 meet inputs 31−4a .. 28−4a
-            int4 s[M];
-#pragma unroll
-            for (int m = 0; m < M; ++m) s[m] = __ldg(splat + (size_t)m * (n >> 2) + g * 8 + 7 - a);
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-#pragma unroll
-                for (int r = 0; r < RB; ++r) {
-                    const uint32_t h = code_hash(state(w[r], 4 * a + b));
-#pragma unroll
-                    for (int m = 0; m < M; ++m) acc[r][m] = dp4a_us(h, comp(s[m], 3 - b), acc[r][m]);
-                }
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-            const float sc = __ldg(gs + m * ng + g);
-#pragma unroll
-            for (int r = 0; r < RB; ++r) facc[r][m] = fmaf(sc, (float)acc[r][m], facc[r][m]);
-        }
-    }
-    __shared__ float red[16][RB * M];
-#pragma unroll
-    for (int r = 0; r < RB; ++r)
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-            float v = facc[r][m];
-#pragma unroll
-            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-            if (lane == 0) red[warp][r * M + m] = v;
-        }
-    __syncthreads();
-    for (int t = threadIdx.x; t < RB * M; t += blockDim.x) {
-        const int r = t / M, m = t % M;
-        float v = 0.f;
-        for (int i = 0; i < nwarps; ++i) v += red[i][t];
-        if (r0 + r < rows) out[(size_t)m * rows + r0 + r] = v * __half2float(scales[r0 + r]) * factor;
-    }
-}
 
 // 8 consecutive inputs of one input row as float (dtype 0: f32, 1: bf16, 2: f16)
 __device__ __forceinline__ void load8(const void* x, int dtype, size_t i, float (&v)[8]) {
@@ -327,6 +208,21 @@ __device__ __forceinline__ void rows_period(const uint32_t (&w)[RB][K + 1], int 
             facc[r][m] = fmaf(gsm[m * ng + g], (float)acc[r][m], facc[r][m]);
 }
 
+// w = a prefetch slot's words; the slot then loads period pn (if any)
+template <int RB>
+__device__ __forceinline__ void take(uint32_t (&slot)[RB][K + 1], uint32_t (&w)[RB][K + 1],
+                                     const uint32_t* const (&wrow)[RB], int pn, int ng,
+                                     int ppb) {
+#pragma unroll
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int j = 0; j <= K; ++j) w[r][j] = slot[r][j];
+    if (pn < ng) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) load_words(wrow[r], pn, ppb, slot[r]);
+    }
+}
+
 // rows, the activations quantized by the block itself into shared memory: a
 // persistent grid (each block quantizes x once, then takes row blocks in turn);
 // 4 lanes quantize a group (8 inputs each). Splats are stored 36 ints a group
@@ -402,24 +298,10 @@ __global__ void __launch_bounds__(512) rows_fused(
         }
         for (int p = p0; p < ng; p += 2 * S) {
             uint32_t w[RB][K + 1];
-#pragma unroll
-            for (int r = 0; r < RB; ++r)
-#pragma unroll
-                for (int j = 0; j <= K; ++j) w[r][j] = wa[r][j];
-            if (p + 2 * S < ng) {
-#pragma unroll
-                for (int r = 0; r < RB; ++r) load_words(wrow[r], p + 2 * S, ppb, wa[r]);
-            }
+            take<RB>(wa, w, wrow, p + 2 * S, ng, ppb);
             rows_period<M, RB, Q8, GS>(w, p, ppb, ng, sps, sp, gsm, gbm, facc);
             if (p + S >= ng) break;
-#pragma unroll
-            for (int r = 0; r < RB; ++r)
-#pragma unroll
-                for (int j = 0; j <= K; ++j) w[r][j] = wb[r][j];
-            if (p + 3 * S < ng) {
-#pragma unroll
-                for (int r = 0; r < RB; ++r) load_words(wrow[r], p + 3 * S, ppb, wb[r]);
-            }
+            take<RB>(wb, w, wrow, p + 3 * S, ng, ppb);
             rows_period<M, RB, Q8, GS>(w, p + S, ppb, ng, sps, sp, gsm, gbm, facc);
         }
 #pragma unroll
@@ -635,19 +517,6 @@ __global__ void sum_splits(const float* __restrict__ part, float* __restrict__ o
     out[i] = s;
 }
 
-template <int M>
-int launch_rows(const uint32_t* words, const __half* scales, const int* splat, const float* gs,
-                const int* gb, float* out, int rows, int nw, int n, int ppb, int rb, int warps,
-                float factor, cudaStream_t st) {
-    const int4* sp = reinterpret_cast<const int4*>(splat);
-    dim3 block(warps * 32);
-#define TQ_RB(R) case R: rows_kernel<M, R><<<(rows + R - 1) / R, block, 0, st>>>( \
-        words, scales, sp, gs, gb, out, rows, nw, n, ppb, factor); break;
-    switch (rb) { TQ_RB(1) TQ_RB(2) TQ_RB(4) TQ_RB(8) default: return -1; }
-#undef TQ_RB
-    return (int)cudaGetLastError();
-}
-
 int sm_count() {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
@@ -720,34 +589,7 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
 
 extern "C" {
 
-// x [M, n] (dtype 0: float32, 1: bfloat16, 2: float16), rs: optional fp16 [n]
-int tq_gemv_quant(const void* x, int dtype, const void* rs, int M, int n, int* splat, float* gs,
-                  int* gb, void* stream) {
-    cudaStream_t st = (cudaStream_t)stream;
-    dim3 grid((n / 32 * 32 + 255) / 256, M);
-    const __half* r = (const __half*)rs;
-    if (dtype == 0) quant_kernel<float><<<grid, 256, 0, st>>>((const float*)x, r, n, splat, gs, gb);
-    else if (dtype == 1)
-        quant_kernel<__nv_bfloat16><<<grid, 256, 0, st>>>((const __nv_bfloat16*)x, r, n, splat, gs, gb);
-    else quant_kernel<__half><<<grid, 256, 0, st>>>((const __half*)x, r, n, splat, gs, gb);
-    return (int)cudaGetLastError();
-}
-
-int tq_gemv_rows(const void* words, const void* scales, const int* splat, const float* gs,
-                 const int* gb, float* out, int M, int rows, int nw, int n, int T, int rb,
-                 int warps, float factor, void* stream) {
-    const uint32_t* w = (const uint32_t*)words;
-    const __half* s = (const __half*)scales;
-    const int ppb = T / 32;
-    cudaStream_t st = (cudaStream_t)stream;
-#define TQ_M(X) case X: return launch_rows<X>(w, s, splat, gs, gb, out, rows, nw, n, ppb, rb, \
-        warps, factor, st);
-    switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
-#undef TQ_M
-    return -1;
-}
-
-// rows with the activations quantized inside (x [M, n], dtype as tq_gemv_quant)
+// rows: x [M, n] (dtype 0: float32, 1: bfloat16, 2: float16), quantized inside
 int tq_gemv_rows_fused(const void* words, const void* scales, const void* x, int dtype,
                        float* out, int M, int rows, int nw, int n, int T, int rb, int wpr,
                        int rgb, int blocks_per_sm, float factor, void* stream) {
@@ -764,7 +606,7 @@ int tq_gemv_rows_fused(const void* words, const void* scales, const void* x, int
 
 size_t tq_gemv_fused_smem(int M, int n, int rb, int warps) { return fused_smem(M, n, rb, warps); }
 
-// cols: x [M, nrows] (dtype as tq_gemv_quant), rs the stored rows' fp16 scales;
+// cols: x [M, nrows] (dtype as tq_gemv_rows_fused), rs the stored rows' fp16 scales;
 // `per` input rows a block (a multiple of 32), part [splits, M, n_out] when
 // nrows > per
 int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, float* part,

@@ -47,8 +47,6 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
     dll = nvcc.build(SOURCE, _flags(k, L, code))
     P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
     sig: dict[str, tuple[Any, list[Any]]] = {
-        "tq_gemv_quant": (I, [P, I, P, I, I, P, P, P, P]),
-        "tq_gemv_rows": (I, [P] * 6 + [I] * 7 + [F, P]),
         "tq_gemv_rows_fused": (I, [P, P, P, I, P] + [I] * 9 + [F, P]),
         "tq_gemv_cols": (I, [P, P, I, P, P, P] + [I] * 6 + [F, P]),
         "tq_gemv_fused_smem": (Z, [I] * 4),
@@ -69,13 +67,20 @@ def geometry_ok(k: int, L: int, T: int, coded: int, in_features: int) -> bool:
 
 
 def available(x: torch.Tensor, code: str, k: int, L: int, T: int, coded: int,
-              in_features: int) -> bool:
+              in_features: int, axis: int = 1) -> bool:
     """These kernels serve this call: CUDA, M ≤ 8, a byte-sum code, the geometry,
-    the mode, and a library that builds (built here on first use)."""
-    if not x.is_cuda or x.shape[0] > MAX_M or code not in CODE_IDS or mode() == "float" or \
+    the mode, a library that builds (built here on first use) and, coded along
+    the inputs, the quantized x fitting in a block's shared memory."""
+    M = x.shape[0]
+    if not x.is_cuda or M > MAX_M or code not in CODE_IDS or mode() == "float" or \
             not geometry_ok(k, L, T, coded, in_features):
         return False
-    return library(k, L, code) is not None
+    lib = library(k, L, code)
+    if lib is None:
+        return False
+    c = rows_cfg(M, in_features // 32)
+    return axis == 0 or lib.tq_gemv_fused_smem(M, in_features, c["RB"],
+                                                c["warps"] * c["rgb"]) <= SMEM_LIMIT
 
 
 def library(k: int, L: int, code: str) -> ctypes.CDLL | None:
@@ -106,23 +111,6 @@ def _check(rc: int, what: str) -> None:
         raise RuntimeError(f"int8 trellis {what} launch failed (cudaError {rc})")
 
 
-def quantize(lib: ctypes.CDLL, v: torch.Tensor, row_scales: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """v [M, n] -> (splat int32 [M, n], gs float32 [M, n/32], gb int32 [M, n/32])."""
-    M, n = v.shape
-    if v.dtype not in DTYPES:
-        v = v.float()
-    v = v.contiguous()
-    splat = torch.empty(M, n, dtype=torch.int32, device=v.device)
-    gs = torch.empty(M, n // GROUP, dtype=torch.float32, device=v.device)
-    gb = torch.empty(M, n // GROUP, dtype=torch.int32, device=v.device)
-    rs = row_scales.contiguous() if row_scales is not None else None
-    _check(lib.tq_gemv_quant(v.data_ptr(), DTYPES[v.dtype], rs.data_ptr() if rs is not None
-                             else None, M, n, splat.data_ptr(), gs.data_ptr(), gb.data_ptr(),
-                             _stream(v)), "quantize")
-    return splat, gs, gb
-
-
 def _stream(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
 
@@ -133,9 +121,8 @@ SMEM_LIMIT = 200 << 10  # dynamic shared memory a block may take (H100/H200: 227
 def rows_cfg(M: int, ng: int, cfg: dict | None = None) -> dict:
     """Rows per warp by M (registers). Default: a warp owns its rows (`warps` = 1
     per row group, no block-wide reduction), 16 row groups a block, blocks per SM
-    at the kernel's occupancy (`bps` 0); `fused`: the block quantizes x itself."""
-    c = {"RB": 2 if M <= 4 else 1, "warps": 1, "rgb": 16, "bps": 0, "fused": True,
-         **(cfg or {})}
+    at the kernel's occupancy (`bps` 0)."""
+    c = {"RB": 2 if M <= 4 else 1, "warps": 1, "rgb": 16, "bps": 0, **(cfg or {})}
     c["rgb"] = max(1, min(c["rgb"], 16 // c["warps"]))  # ≤ 512 threads
     return c
 
@@ -157,7 +144,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
            T: int, L: int, axis: int, out_features: int, in_features: int,
            cfg: dict | None = None) -> torch.Tensor:
     """x [M ≤ 8, in] -> float32 [M, out]; words int32 [rows, nw] (plain layout),
-    scales fp16 [rows]. Call `available()` first."""
+    scales fp16 [rows]. Call `available()` first (it checks what this assumes)."""
     lib = library(k, L, code)
     assert lib is not None
     M = x.shape[0]
@@ -170,17 +157,10 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     st = _stream(x)
     if axis == 1:
         c = rows_cfg(M, in_features // 32, cfg)
-        warps = c["warps"] * c["rgb"]
-        if c["fused"] and lib.tq_gemv_fused_smem(M, in_features, c["RB"], warps) <= SMEM_LIMIT:
-            _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
-                                          DTYPES[x.dtype], out.data_ptr(), M, rows, nw,
-                                          in_features, T, c["RB"], c["warps"], c["rgb"],
-                                          c["bps"], factor, st), "rows")
-            return out
-        splat, gs, gb = quantize(lib, x)
-        _check(lib.tq_gemv_rows(words.data_ptr(), scales.data_ptr(), splat.data_ptr(),
-                                gs.data_ptr(), gb.data_ptr(), out.data_ptr(), M, rows, nw,
-                                in_features, T, c["RB"], c["warps"], factor, st), "rows")
+        _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
+                                      DTYPES[x.dtype], out.data_ptr(), M, rows, nw,
+                                      in_features, T, c["RB"], c["warps"], c["rgb"], c["bps"],
+                                      factor, st), "rows")
         return out
     per = cols_per(rows, out_features, M, lib, cfg)
     splits = -(-rows // per)

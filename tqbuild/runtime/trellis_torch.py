@@ -185,11 +185,15 @@ class TrellisLinear(nn.Module):
         dims: dict[str, Any] = {"k": self.k, "T": self.T, "L": self.L, "axis": self.axis,
                 "out_features": self.out_features, "in_features": self.in_features}
         coded = self.in_features if self.axis == 1 else self.out_features
-        if trellis_cuda.available(x2, self.code, self.k, self.L, self.T, coded,
-                                  self.in_features):
-            return trellis_cuda.matvec(x2, self.words, self.scales, code=self.code, **dims)
         small = x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M
-        if small and trellis_triton.fast_ok(self.T, self.k, self.L):
+        fast = small and trellis_triton.fast_ok(self.T, self.k, self.L)
+        # axis 0 at M = 3, 4: the float kernel measured as fast as the int8 one or
+        # faster on the H200 (bench/results/trellis_gemv-cuda-part2.json)
+        cols_34 = fast and self.axis == 0 and x2.shape[0] >= 3
+        if not cols_34 and trellis_cuda.available(x2, self.code, self.k, self.L, self.T, coded,
+                                                  self.in_features, self.axis):
+            return trellis_cuda.matvec(x2, self.words, self.scales, code=self.code, **dims)
+        if fast:
             return trellis_triton.matvec(x2, self.words, self.scales, code=self.code, **dims)
         if small:
             return matvec_triton(x2, self.words, self.scales, self.table, **dims)
