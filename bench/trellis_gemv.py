@@ -1,5 +1,5 @@
 """Decode-matvec of packed trellis weights with int8 activations (the CUDA
-kernels of kernels/trellis_gemv.cu) next to bf16 cuBLAS and the float-activation
+kernels of runtime/trellis_gemv.cu) next to bf16 cuBLAS and the float-activation
 Triton kernels, on the H200.
 
     python bench/trellis_gemv.py      # -> bench/results/trellis_gemv-cuda.json

@@ -52,3 +52,9 @@ def test_pyproject_only_install_builds(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert (tmp_path / "out" / "pkg" / "optiq_metadata.json").is_file()
     assert (tmp_path / ".tq-work" / "pkg" / "report.png").stat().st_size > 1000
+    # the CUDA sources compiled on first GPU use ship in the package
+    p = subprocess.run([str(py), "-c", "import pathlib, tqbuild; r = pathlib.Path("
+                        "tqbuild.__file__).parent; print((r / 'kernels/viterbi_cuda.cu').is_file()"
+                        ", (r / 'runtime/trellis_gemv.cu').is_file())"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.stdout.split() == ["True", "True"], p.stdout + p.stderr[-2000:]

@@ -1,5 +1,5 @@
 """int8-activation trellis decode-matvec: the numpy reference (act_int8), the CPU
-torch emulation, and the CUDA kernels (kernels/trellis_gemv.cu) against the
+torch emulation, and the CUDA kernels (runtime/trellis_gemv.cu) against the
 reference on fresh random packed tensors — the CUDA cases run on a GPU only."""
 
 from __future__ import annotations

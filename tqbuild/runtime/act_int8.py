@@ -1,5 +1,5 @@
 """int8 activations for the trellis decode-matvec: the semantics the CUDA kernels
-(kernels/trellis_gemv.cu) implement, in numpy (the slow reference) and in torch
+(runtime/trellis_gemv.cu) implement, in numpy (the slow reference) and in torch
 (the CPU emulation that measures what int8 activations cost a model).
 
 The activations each weight meets are cut into groups of 32 along the coded

@@ -1,5 +1,5 @@
 """CUDA decode-matvec of packed trellis weights with int8 activations
-(`kernels/trellis_gemv.cu`, semantics in runtime/act_int8.py): one library per
+(`runtime/trellis_gemv.cu`, semantics in runtime/act_int8.py): one library per
 (k, L, code), built with nvcc on first use and cached; called through ctypes on
 torch's current stream (CUDA-graph capturable). Where nvcc or the build is
 missing, `available()` is False (warned once) and the Triton float kernels run.
@@ -23,7 +23,7 @@ from ..kernels import nvcc
 from ..kernels.trellis_codes import BYTESUM_DIV
 from .act_int8 import GROUP
 
-SOURCE = Path(__file__).parents[1] / "kernels" / "trellis_gemv.cu"
+SOURCE = Path(__file__).with_name("trellis_gemv.cu")
 CODE_IDS = {"1mad": 0, "mul1": 2}
 MAX_M = 8
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
