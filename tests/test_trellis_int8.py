@@ -172,3 +172,37 @@ def test_cuda_linear_takes_the_int8_kernels_up_to_m8(monkeypatch):
             else:  # bf16 weights through cuBLAS
                 assert 1e-5 < err < 3e-2, (axis, m, err)
             assert lin(xb).dtype == torch.bfloat16
+
+
+def test_eval_loads_the_int8_semantics_when_asked(tmp_path, tiny_source, monkeypatch):
+    """`tq-build eval` measures what the runtime computes: with
+    TQBUILD_TRELLIS_ACT=int8 the artifact's trellis modules stay packed and their
+    inputs are quantized; otherwise the model is dequantized to dense."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cli_run import cli
+    from conftest import write_recipe
+
+    from tqbuild.eval.run import load_artifact
+
+    write_recipe(tmp_path / "r.yaml", name="ev", source=tiny_source(),
+                 output=tmp_path / "out", stages=[
+                     "untie", "norm_fold", "rotate",
+                     {"quantize": {"default": {"bits": 4, "group_size": 32}, "rules": [
+                         {"match": r"mlp\.(gate|up|down)_proj$", "format": "trellis",
+                          "bits": 3, "trellis": {"T": 64, "code": "mul1"}}]}}])
+    assert cli(tmp_path, "r.yaml", "--no-lock").returncode == 0
+    ids = torch.arange(1, 33)[None]
+    monkeypatch.setenv("TQBUILD_TRELLIS_ACT", "float")
+    dense = load_artifact(tmp_path / "out", "cpu")
+    monkeypatch.setenv("TQBUILD_TRELLIS_ACT", "int8")
+    packed = load_artifact(tmp_path / "out", "cpu")
+    assert not any(isinstance(m, tt.TrellisLinear) for m in dense.modules())
+    assert sum(isinstance(m, tt.TrellisLinear) for m in packed.modules()) == 3 * \
+        dense.config.num_hidden_layers
+    with torch.no_grad():
+        a, b = dense(ids).logits, packed(ids).logits
+    rel = ((a - b).norm() / a.norm()).item()
+    assert 0 < rel < 0.05, rel  # int8 rounding: visible, small
