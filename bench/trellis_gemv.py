@@ -47,10 +47,11 @@ ROWS_SWEEP = [None, {"RB": 1}, {"RB": 4}, {"rgb": 8}, {"RB": 4, "rgb": 8},
 COLS_SWEEP = [None, {"splits": 33}, {"splits": 66}, {"splits": 132}, {"splits": 264}]
 
 
-def sass_loop(lib_path: Path, kernel: str, dp4a: int) -> tuple[int, dict] | None:
+def sass_loop(lib_path: Path, kernel: str, count: int, op: str = "IDP"
+              ) -> tuple[int, dict] | None:
     """(instructions, opcode histogram) of the decode loop of the first SASS
     function whose mangled name contains `kernel`: the smallest backward-branch
-    loop holding `dp4a` IDP instructions (one trip's weights × M)."""
+    loop holding `count` `op` instructions (dp4a: one trip's weights × M)."""
     try:
         out = subprocess.run(["cuobjdump", "-sass", str(lib_path)], capture_output=True,
                              text=True, timeout=300).stdout
@@ -67,18 +68,18 @@ def sass_loop(lib_path: Path, kernel: str, dp4a: int) -> tuple[int, dict] | None
         if m and not m.group(2).strip().startswith("NOP"):
             ins.append((int(m.group(1), 16), m.group(2).strip()))
     loops = []
-    for i, (addr, op) in enumerate(ins):
-        b = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", op)
+    for i, (addr, text) in enumerate(ins):
+        b = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
         if b and int(b.group(1), 16) <= addr:
             j = next(j for j, (a, _) in enumerate(ins) if a >= int(b.group(1), 16))
-            idp = sum(o.split()[0].startswith("IDP") for _, o in ins[j:i + 1])
-            if idp == dp4a:
+            n = sum(o.split()[0].startswith(op) for _, o in ins[j:i + 1])
+            if n == count:
                 loops.append((i + 1 - j, j, i + 1))
     if not loops:
         return None
     best = min(loops)
-    hist = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", op).split()[0].split(".")[0]
-                               for _, op in ins[best[1]:best[2]])
+    hist = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0]
+                               for _, t in ins[best[1]:best[2]])
     return best[0], dict(hist.most_common())
 
 
@@ -122,8 +123,11 @@ def main() -> None:
                                         ("rows M4 RB1", "rows_fusedILi4ELi1E", 4, 2 * 1 * 32),
                                         ("cols M1", "cols_kernelILi1E", 1, 8 * 32),
                                         ("cols M4", "cols_kernelILi4E", 4, 8 * 8),
-                                        ("cols M8", "cols_kernelILi8E", 8, 8 * 4)):
-            s = sass_loop(lib, tmpl, m * per_trip)
+                                        ("cols M8", "cols_kernelILi8E", 8, 8 * 4),
+                                        ("rows mma M4", "rows_mmaILi4E", 0, 32),
+                                        ("rows mma M8", "rows_mmaILi8E", 0, 32)):
+            # the mma loop: 8 IMMA a trip, 32 weights a thread (2 tiles × 2 rows × 8)
+            s = sass_loop(lib, tmpl, m * per_trip) if m else sass_loop(lib, tmpl, 8, "IMMA")
             if s:
                 res["sass"][f"k{k} {name}"] = {"loop_instructions": s[0],
                                                "per_weight": s[0] / per_trip, "ops": s[1]}
@@ -166,6 +170,9 @@ def main() -> None:
                         "packed_GB_per_s": nbytes / t / 1e9, "fraction_of_copy_bw": nbytes / t / bw,
                         "weights_per_s": out_f * in_f / t, "bf16_cublas_seconds": t_bf[m],
                         "speedup_vs_bf16": t_bf[m] / t, "cfg": cfg, "copies": len(copies)}
+                if axis == 1 and m > 1:  # the tensor-core rows kernel (opt-in), same call
+                    case["mma_seconds"] = time_int8(xm, copies, {"mma": True}, **kw)
+                    case["mma_speedup_vs_bf16"] = t_bf[m] / case["mma_seconds"]
                 if m <= tk.MAX_M:  # the float-activation Triton kernels, same call
                     case["triton_float_seconds"] = time_triton(xm, copies, **kw)
                     case["speedup_vs_triton_float"] = case["triton_float_seconds"] / t

@@ -121,6 +121,12 @@ def _cuda_cases():
                            [None, {"splits": 1}, {"splits": 7}, {"per": 32}][i % 4])
                     cases.append((code, L, T, k, axis, rows, cols, M, cfg))
                     i += 1
+    # the tensor-core rows kernel (opt-in): every k, both codes, M = 1..8, ragged rows
+    for j, (code, k, (L, T), M) in enumerate(
+            [("mul1", 2, (12, 64), 1), ("mul1", 3, (16, 256), 3), ("1mad", 4, (12, 256), 8),
+             ("mul1", 1, (12, 512), 5), ("1mad", 3, (12, 64), 2), ("mul1", 4, (16, 256), 7)]):
+        cases.append((code, L, T, k, 1, 37 + 16 * j, 1024 if T == 512 else 768, M,
+                      {"mma": True, "warps": [8, 3, 1][j % 3]}))
     cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block
     cases.append(("mul1", 12, 256, 1, 1, 64, 512, 1, None))
     return cases

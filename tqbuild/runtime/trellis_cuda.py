@@ -49,7 +49,9 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
     sig: dict[str, tuple[Any, list[Any]]] = {
         "tq_gemv_rows_fused": (I, [P, P, P, I, P] + [I] * 9 + [F, P]),
         "tq_gemv_cols": (I, [P, P, I, P, P, P] + [I] * 6 + [F, P]),
+        "tq_gemv_rows_mma": (I, [P, P, P, I, P] + [I] * 6 + [F, P]),
         "tq_gemv_fused_smem": (Z, [I] * 4),
+        "tq_gemv_mma_smem": (Z, [I] * 3),
         "tq_gemv_cols_smem": (Z, [I] * 2),
         "tq_gemv_cols_per": (I, [I, I, I, Z])}
     for name, (res, args) in sig.items():
@@ -155,6 +157,14 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
     factor = 1.0 / BYTESUM_DIV
     st = _stream(x)
+    if axis == 1 and cfg and cfg.get("mma"):  # tensor cores (opt-in: not yet measured)
+        w = int(cfg.get("warps", 8))
+        if lib.tq_gemv_mma_smem(M, in_features, w) > SMEM_LIMIT:
+            raise ValueError(f"x [{M}, {in_features}] does not fit the mma kernel's shared memory")
+        _check(lib.tq_gemv_rows_mma(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
+                                    DTYPES[x.dtype], out.data_ptr(), M, rows, nw, in_features,
+                                    T, w, factor, st), "rows (mma)")
+        return out
     if axis == 1:
         c = rows_cfg(M, in_features // 32, cfg)
         _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),

@@ -345,6 +345,160 @@ __global__ void __launch_bounds__(512) rows_fused(
     }
 }
 
+// rows on the tensor cores, for up to 8 input rows (tokens) at once: one
+// mma.m16n8k32 (u8 × s8 → s32) takes 16 output rows × 8 weights × 8 tokens. The
+// A fragment's four k columns of a thread are the four bytes of one weight's
+// hash, B's are that weight's input splatted over four bytes, so the MMA sums
+// bytesum(h)·q exactly as dp4a does — for all 8 tokens at once. Thread (g =
+// lane / 4, t = lane % 4) decodes rows g and g + 8 at positions 8t .. 8t + 7 of
+// each period (two per MMA, k slots t and t + 4); tokens ≥ M get zero inputs.
+// A block's warps split one 16-row tile's periods into contiguous ranges and add
+// their sums in shared memory (fixed order).
+__device__ __forceinline__ void mma_u8s8(int (&d)[4], const uint32_t (&a)[4], int b0, int b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// the 64-bit window of a thread's quarter of a period (bits 8tk .. of its words),
+// shifted down to bit 0: (lo, hi)
+struct Window { uint32_t lo, hi; };
+__device__ __forceinline__ Window quarter(const uint32_t* row, Offsets o, int wi0, int sh0) {
+    const uint32_t a = __ldg(row + o.first + wi0);
+    const uint32_t b = __ldg(wi0 + 1 < K ? row + o.first + wi0 + 1 : row + o.next);
+    return {__funnelshift_r(a, b, sh0), b >> sh0};
+}
+
+// state of local position i (0..7) of a quarter window; i constant after unrolling
+__device__ __forceinline__ uint32_t qstate(Window w, int i) {
+    const int sh = K * i;
+    return ((sh + L <= 32) ? (w.lo >> sh) : __funnelshift_r(w.lo, w.hi, sh)) & MASK;
+}
+
+constexpr int TL = 2;  // rows_mma: 16-row tiles a warp decodes per period
+
+template <int M>
+__global__ void __launch_bounds__(256) rows_mma(
+    const uint32_t* __restrict__ words, const __half* __restrict__ scales, const void* x,
+    int dtype, float* __restrict__ out, int rows, int nw, int n, int ppb, float factor) {
+    extern __shared__ int4 smem4[];
+    int* smem = reinterpret_cast<int*>(smem4);
+    constexpr int GS = 12;  // int8 q, 12 ints a group (as rows_fused at M > 1)
+    const int ng = n >> 5, sps = ng * GS;
+    int* sp = smem;
+    float* gsm = reinterpret_cast<float*>(sp + M * sps);
+    int* gbm = reinterpret_cast<int*>(gsm + M * ng);
+    float* red = reinterpret_cast<float*>(gbm + M * ng);  // [warps][TL][32][4]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (int c0 = 0; c0 < M * (n >> 3); c0 += blockDim.x) {  // whole warps (quant8)
+        const int c = c0 + threadIdx.x;
+        const bool in = c < M * (n >> 3);
+        const int m = in ? c / (n >> 3) : 0, i0 = in ? (c - m * (n >> 3)) * 8 : 0;
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (in) load8(x, dtype, (size_t)m * n + i0, v);
+        int q[8];
+        float gscale;
+        int gbias;
+        quant8(v, q, gscale, gbias);
+        if (!in) continue;
+        const int g = i0 >> 5;
+        int2 b;
+        b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (q[3] & 0xFF) << 24;
+        b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (q[7] & 0xFF) << 24;
+        *reinterpret_cast<int2*>(sp + m * sps + g * GS + ((i0 & 31) >> 2)) = b;
+        if ((i0 & 31) == 0) {
+            gsm[m * ng + g] = gscale;
+            gbm[m * ng + g] = gbias;
+        }
+    }
+    __syncthreads();
+    const int gq = lane >> 2, t = lane & 3;
+    const int wi0 = (8 * t * K) >> 5, sh0 = (8 * t * K) & 31;
+    const int tok = gq;                     // this thread's B column (token)
+    const int t0 = 2 * t, t1 = 2 * t + 1;   // its D columns
+    const int per = (ng + nwarps - 1) / nwarps;
+    const int pa = warp * per, pz = min(ng, pa + per);
+    for (int tile = blockIdx.x; tile * 16 * TL < rows; tile += gridDim.x) {
+        const uint32_t* rw[2 * TL];  // rows g, g + 8 of each of the TL 16-row tiles
+#pragma unroll
+        for (int j = 0; j < 2 * TL; ++j)
+            rw[j] = words + (size_t)min(tile * 16 * TL + gq + 8 * j, rows - 1) * nw;
+        float f[TL][4] = {};  // per tile: rows g, g + 8 × tokens 2t, 2t + 1
+        Window nx[2 * TL];
+        if (pa < pz) {
+            const Offsets o = offsets(pa, ppb);
+#pragma unroll
+            for (int j = 0; j < 2 * TL; ++j) nx[j] = quarter(rw[j], o, wi0, sh0);
+        }
+        for (int p = pa; p < pz; ++p) {
+            Window wn[2 * TL];
+#pragma unroll
+            for (int j = 0; j < 2 * TL; ++j) wn[j] = nx[j];
+            if (p + 1 < pz) {  // the next period's words load while this one decodes
+                const Offsets o = offsets(p + 1, ppb);
+#pragma unroll
+                for (int j = 0; j < 2 * TL; ++j) nx[j] = quarter(rw[j], o, wi0, sh0);
+            }
+            const int pb = p & (ppb - 1);
+            const int g = (p - pb) + (ppb - 1 - pb);
+            // this thread's 8 inputs: positions 8t .. 8t+7 meet inputs 31−8t .. 24−8t,
+            // words 7−2t (inputs 28−8t .. 31−8t) and 6−2t of the group's int8 q
+            uint32_t qa = 0, qb = 0;
+            if (tok < M) {
+                const int2 w2 = *reinterpret_cast<const int2*>(sp + tok * sps + g * GS + 6 - 2 * t);
+                qa = (uint32_t)w2.y;  // inputs 28−8t .. 31−8t: byte j = input 28−8t+j
+                qb = (uint32_t)w2.x;  // inputs 24−8t .. 27−8t
+            }
+            const int g0 = t0 < M ? gbm[t0 * ng + g] : 0, g1 = t1 < M ? gbm[t1 * ng + g] : 0;
+            int d[TL][4];
+#pragma unroll
+            for (int j = 0; j < TL; ++j) {
+                d[j][0] = d[j][2] = g0;
+                d[j][1] = d[j][3] = g1;
+            }
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {  // positions 8t + 2c (slot t), 8t + 2c + 1 (slot t + 4)
+                // position 2c ↔ input 31−8t−2c: byte 3−2c of qa for c < 2, of qb after
+                const uint32_t src = c < 2 ? qa : qb;
+                const int b0 = (int)__byte_perm(src, 0u, ((3 - 2 * c) & 3) * 0x1111u);
+                const int b1 = (int)__byte_perm(src, 0u, ((2 - 2 * c) & 3) * 0x1111u);
+#pragma unroll
+                for (int j = 0; j < TL; ++j) {
+                    const uint32_t a[4] = {code_hash(qstate(wn[2 * j], 2 * c)),
+                                           code_hash(qstate(wn[2 * j + 1], 2 * c)),
+                                           code_hash(qstate(wn[2 * j], 2 * c + 1)),
+                                           code_hash(qstate(wn[2 * j + 1], 2 * c + 1))};
+                    mma_u8s8(d[j], a, b0, b1);
+                }
+            }
+            const float s0 = t0 < M ? gsm[t0 * ng + g] : 0.f;
+            const float s1 = t1 < M ? gsm[t1 * ng + g] : 0.f;
+#pragma unroll
+            for (int j = 0; j < TL; ++j) {
+                f[j][0] = fmaf(s0, (float)d[j][0], f[j][0]);
+                f[j][1] = fmaf(s1, (float)d[j][1], f[j][1]);
+                f[j][2] = fmaf(s0, (float)d[j][2], f[j][2]);
+                f[j][3] = fmaf(s1, (float)d[j][3], f[j][3]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TL; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) red[((warp * TL + j) * 32 + lane) * 4 + i] = f[j][i];
+        __syncthreads();
+        for (int e = threadIdx.x; e < 16 * TL * M; e += blockDim.x) {  // (row, token) pairs
+            const int r = e / M, m = e - r * M, j = r >> 4, rt = r & 15;
+            const int ln = (rt & 7) * 4 + (m >> 1), i = (rt >> 3) * 2 + (m & 1);
+            float v = 0.f;
+            for (int w = 0; w < nwarps; ++w) v += red[((w * TL + j) * 32 + ln) * 4 + i];
+            const int row = tile * 16 * TL + r;
+            if (row < rows) out[(size_t)m * rows + row] = v * __half2float(scales[row]) * factor;
+        }
+        __syncthreads();
+    }
+}
+
 // one warp's share of a cols block: sub-period SUB of its lane's period, the
 // units rg, rg + RG, … of the split's rows (splats and group terms in shared
 // memory, indexed from the split's first row); per-thread sums -> `red`
@@ -551,6 +705,29 @@ int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x
     return (int)cudaGetLastError();
 }
 
+size_t mma_smem(int M, int n, int warps) {
+    const int ng = n >> 5;
+    return ((size_t)M * ng * 12 + 2 * (size_t)M * ng + (size_t)warps * TL * 32 * 4) * 4;
+}
+
+template <int M>
+int launch_rows_mma(const uint32_t* words, const __half* scales, const void* x, int dtype,
+                    float* out, int rows, int nw, int n, int ppb, int warps, float factor,
+                    cudaStream_t st) {
+    const size_t smem = mma_smem(M, n, warps);
+    static size_t allowed = 48 * 1024;  // raised once, outside any graph capture after
+    if (smem > allowed) {
+        cudaFuncSetAttribute(rows_mma<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        allowed = smem;
+    }
+    int bps = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_mma<M>, warps * 32, smem);
+    const int grid = max(1, min((rows + 16 * TL - 1) / (16 * TL), sm_count() * max(1, bps)));
+    rows_mma<M><<<grid, warps * 32, smem, st>>>(words, scales, x, dtype, out, rows, nw, n, ppb,
+                                                factor);
+    return (int)cudaGetLastError();
+}
+
 // cols rows a block: one full wave of blocks at the kernel's occupancy, no more
 // rows than their splats fit in `limit` bytes of shared memory; a multiple of 32
 template <int M>
@@ -605,6 +782,22 @@ int tq_gemv_rows_fused(const void* words, const void* scales, const void* x, int
 }
 
 size_t tq_gemv_fused_smem(int M, int n, int rb, int warps) { return fused_smem(M, n, rb, warps); }
+
+// rows on the tensor cores (M ≤ 8), x as tq_gemv_rows_fused
+int tq_gemv_rows_mma(const void* words, const void* scales, const void* x, int dtype,
+                     float* out, int M, int rows, int nw, int n, int T, int warps, float factor,
+                     void* stream) {
+    const uint32_t* w = (const uint32_t*)words;
+    const __half* s = (const __half*)scales;
+    cudaStream_t st = (cudaStream_t)stream;
+#define TQ_M(X) case X: return launch_rows_mma<X>(w, s, x, dtype, out, rows, nw, n, T / 32, \
+        warps, factor, st);
+    switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
+#undef TQ_M
+    return -1;
+}
+
+size_t tq_gemv_mma_smem(int M, int n, int warps) { return mma_smem(M, n, warps); }
 
 // cols: x [M, nrows] (dtype as tq_gemv_rows_fused), rs the stored rows' fp16 scales;
 // `per` input rows a block (a multiple of 32), part [splits, M, n_out] when
