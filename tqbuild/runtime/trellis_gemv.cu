@@ -154,6 +154,44 @@ __device__ __forceinline__ void quant8(const float (&v)[8], int (&q)[8], float& 
     gbias = -510 * sq;
 }
 
+// x [M, n] quantized by the whole block into shared memory: per input row m, group
+// g at sp + m·ng·GS + g·GS (Q8: 8 words of int8 q; else 32 int32 splats), the
+// group's scale and −510·Σq in gsm / gbm [M][ng]
+template <bool Q8, int GS>
+__device__ __forceinline__ void quantize_to_shared(const void* x, int dtype, int M, int n,
+                                                   int* sp, float* gsm, int* gbm) {
+    const int ng = n >> 5, sps = ng * GS;
+    // every lane of a warp runs each trip (quant8 shuffles); a group's 4 lanes are
+    // all in range or all out (the chunk count is a multiple of 4)
+    for (int c0 = 0; c0 < M * (n >> 3); c0 += blockDim.x) {
+        const int c = c0 + threadIdx.x;
+        const bool in = c < M * (n >> 3);
+        const int m = in ? c / (n >> 3) : 0, i0 = in ? (c - m * (n >> 3)) * 8 : 0;
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (in) load8(x, dtype, (size_t)m * n + i0, v);
+        int q[8];
+        float gscale;
+        int gbias;
+        quant8(v, q, gscale, gbias);
+        if (!in) continue;
+        const int g = i0 >> 5;
+        if constexpr (Q8) {
+            int2 b;
+            b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (q[3] & 0xFF) << 24;
+            b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (q[7] & 0xFF) << 24;
+            *reinterpret_cast<int2*>(sp + m * sps + g * GS + ((i0 & 31) >> 2)) = b;
+        } else {
+            int4* dst = reinterpret_cast<int4*>(sp + m * sps + g * GS + (i0 & 31));
+            dst[0] = make_int4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+        }
+        if ((i0 & 31) == 0) {
+            gsm[m * ng + g] = gscale;
+            gbm[m * ng + g] = gbias;
+        }
+    }
+}
+
 // one period p of RB rows (words w) against the shared-memory inputs: facc +=
 template <int M, int RB, bool Q8, int GS>
 __device__ __forceinline__ void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb,
@@ -245,35 +283,7 @@ __global__ void __launch_bounds__(512) rows_fused(
     int* gbm = reinterpret_cast<int*>(gsm + M * ng);
     float* red = reinterpret_cast<float*>(gbm + M * ng);  // [warps][RB * M]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // every lane of a warp runs each trip (quant8 shuffles); a group's 4 lanes are
-    // all in range or all out (the chunk count is a multiple of 4)
-    for (int c0 = 0; c0 < M * (n >> 3); c0 += blockDim.x) {
-        const int c = c0 + threadIdx.x;
-        const bool in = c < M * (n >> 3);
-        const int m = in ? c / (n >> 3) : 0, i0 = in ? (c - m * (n >> 3)) * 8 : 0;
-        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        if (in) load8(x, dtype, (size_t)m * n + i0, v);
-        int q[8];
-        float gscale;
-        int gbias;
-        quant8(v, q, gscale, gbias);
-        if (!in) continue;
-        const int g = i0 >> 5;
-        if constexpr (Q8) {
-            int2 b;
-            b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (q[3] & 0xFF) << 24;
-            b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (q[7] & 0xFF) << 24;
-            *reinterpret_cast<int2*>(sp + m * sps + g * GS + ((i0 & 31) >> 2)) = b;
-        } else {
-            int4* dst = reinterpret_cast<int4*>(sp + m * sps + g * GS + (i0 & 31));
-            dst[0] = make_int4(q[0], q[1], q[2], q[3]);
-            dst[1] = make_int4(q[4], q[5], q[6], q[7]);
-        }
-        if ((i0 & 31) == 0) {
-            gsm[m * ng + g] = gscale;
-            gbm[m * ng + g] = gbias;
-        }
-    }
+    quantize_to_shared<Q8, GS>(x, dtype, M, n, sp, gsm, gbm);
     __syncthreads();
     const int rg = warp / wpr, wr = warp - rg * wpr, rgb = (blockDim.x >> 5) / wpr;
     const int nrb = (rows + RB - 1) / RB;
@@ -391,27 +401,7 @@ __global__ void __launch_bounds__(256) rows_mma(
     int* gbm = reinterpret_cast<int*>(gsm + M * ng);
     float* red = reinterpret_cast<float*>(gbm + M * ng);  // [warps][TL][32][4]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    for (int c0 = 0; c0 < M * (n >> 3); c0 += blockDim.x) {  // whole warps (quant8)
-        const int c = c0 + threadIdx.x;
-        const bool in = c < M * (n >> 3);
-        const int m = in ? c / (n >> 3) : 0, i0 = in ? (c - m * (n >> 3)) * 8 : 0;
-        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        if (in) load8(x, dtype, (size_t)m * n + i0, v);
-        int q[8];
-        float gscale;
-        int gbias;
-        quant8(v, q, gscale, gbias);
-        if (!in) continue;
-        const int g = i0 >> 5;
-        int2 b;
-        b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (q[3] & 0xFF) << 24;
-        b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (q[7] & 0xFF) << 24;
-        *reinterpret_cast<int2*>(sp + m * sps + g * GS + ((i0 & 31) >> 2)) = b;
-        if ((i0 & 31) == 0) {
-            gsm[m * ng + g] = gscale;
-            gbm[m * ng + g] = gbias;
-        }
-    }
+    quantize_to_shared<true, GS>(x, dtype, M, n, sp, gsm, gbm);
     __syncthreads();
     const int gq = lane >> 2, t = lane & 3;
     const int wi0 = (8 * t * K) >> 5, sh0 = (8 * t * K) & 31;
