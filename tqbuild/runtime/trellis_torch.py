@@ -174,38 +174,65 @@ class TrellisLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1])
-        y = self._matmul(x2).to(x.dtype)
+        args = (x2, self.words, self.scales, self.table, self.k, self.T, self.L, self.axis,
+                self.code, self.out_features, self.in_features)
+        # under torch.compile one opaque op (no graph break at the ctypes/Triton
+        # calls); eager calls skip the custom-op dispatch (µs a module a token)
+        y = torch.ops.tqbuild.trellis_matmul(*args) if torch.compiler.is_compiling() \
+            else trellis_matmul_impl(*args)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
 
-    def _matmul(self, x2: torch.Tensor) -> torch.Tensor:
-        """x2 [M, in] -> [M, out]: int8-activation CUDA kernels (M ≤ 8), else the
-        float Triton kernels (M ≤ 4), else the expanded weight (cuBLAS / CPU)."""
-        dims: dict[str, Any] = {"k": self.k, "T": self.T, "L": self.L, "axis": self.axis,
-                "out_features": self.out_features, "in_features": self.in_features}
-        coded = self.in_features if self.axis == 1 else self.out_features
-        small = x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M
-        fast = small and trellis_triton.fast_ok(self.T, self.k, self.L)
-        # axis 0 at M = 3, 4: the float kernel measured as fast as the int8 one or
-        # faster on the H200 (bench/results/trellis_gemv-cuda-part2.json)
-        cols_34 = fast and self.axis == 0 and x2.shape[0] >= 3
-        if not cols_34 and trellis_cuda.available(x2, self.code, self.k, self.L, self.T, coded,
-                                                  self.in_features, self.axis):
-            return trellis_cuda.matvec(x2, self.words, self.scales, code=self.code, **dims)
-        if fast:
-            return trellis_triton.matvec(x2, self.words, self.scales, code=self.code, **dims)
-        if small:
-            return matvec_triton(x2, self.words, self.scales, self.table, **dims)
-        if trellis_cuda.mode() == "int8" and act_int8.supported(self.code, self.in_features):
-            return self._int8_emulated(x2)
-        return x2 @ self.weight_f32().to(x2.dtype).t()
 
-    def _int8_emulated(self, x2: torch.Tensor) -> torch.Tensor:
-        """What the int8 kernels compute, in float32 torch ops (any device): the
-        activations each weight meets, quantized in groups of 32."""
-        if self.axis == 1:
-            return act_int8.fake_quantize(x2) @ self.weight_f32().t()
-        vals = decode_torch(self.words, torch.ones_like(self.scales), self.table, k=self.k,
-                            T=self.T, L=self.L, axis=0, interleave=False)
-        return act_int8.fake_quantize(x2.float() * self.scales.float()) @ vals.t()
+
+def int8_emulated(x2, words, scales, table, *, k: int, T: int, L: int, axis: int
+                  ) -> torch.Tensor:
+    """What the int8 kernels compute, in float32 torch ops (any device): the
+    activations each weight meets, quantized in groups of 32."""
+    if axis == 1:
+        return act_int8.fake_quantize(x2) @ decode_torch(words, scales, table, k=k, T=T, L=L,
+                                                         axis=1, interleave=False).t()
+    vals = decode_torch(words, torch.ones_like(scales), table, k=k, T=T, L=L, axis=0,
+                        interleave=False)
+    return act_int8.fake_quantize(x2.float() * scales.float()) @ vals.t()
+
+
+def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
+                        table: torch.Tensor, k: int, T: int, L: int, axis: int, code: str,
+                        out_features: int, in_features: int) -> torch.Tensor:
+    """x2 [M, in] -> [M, out] in x2's dtype: int8-activation CUDA kernels (M ≤ 8),
+    else the float Triton kernels (M ≤ 4), else the expanded weight (cuBLAS / CPU)."""
+    dims: dict[str, Any] = {"k": k, "T": T, "L": L, "axis": axis, "out_features": out_features,
+                            "in_features": in_features}
+    coded = in_features if axis == 1 else out_features
+    small = x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M
+    fast = small and trellis_triton.fast_ok(T, k, L)
+    # axis 0 at M = 3, 4: the float kernel measured as fast as the int8 one or
+    # faster on the H200 (bench/results/trellis_gemv-cuda-part2.json)
+    cols_34 = fast and axis == 0 and x2.shape[0] >= 3
+    if not cols_34 and trellis_cuda.available(x2, code, k, L, T, coded, in_features, axis):
+        y = trellis_cuda.matvec(x2, words, scales, code=code, **dims)
+    elif fast:
+        y = trellis_triton.matvec(x2, words, scales, code=code, **dims)
+    elif small:
+        y = matvec_triton(x2, words, scales, table, **dims)
+    elif trellis_cuda.mode() == "int8" and act_int8.supported(code, in_features):
+        y = int8_emulated(x2, words, scales, table, k=k, T=T, L=L, axis=axis)
+    else:
+        y = x2 @ decode_torch(words, scales, table, k=k, T=T, L=L, axis=axis,
+                              interleave=False).to(x2.dtype).t()
+    return y.to(x2.dtype)
+
+
+@torch.library.custom_op("tqbuild::trellis_matmul", mutates_args=())
+def _trellis_matmul_op(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
+                       table: torch.Tensor, k: int, T: int, L: int, axis: int, code: str,
+                       out_features: int, in_features: int) -> torch.Tensor:
+    return trellis_matmul_impl(x2, words, scales, table, k, T, L, axis, code, out_features,
+                               in_features)
+
+
+@_trellis_matmul_op.register_fake
+def _(x2, words, scales, table, k, T, L, axis, code, out_features, in_features):
+    return x2.new_empty(x2.shape[0], out_features)
