@@ -1,7 +1,7 @@
 """Greedy decode tokens/s of an 8B-shaped model on the H200: bf16, an affine
 4-bit model, and the Q3 layout (MLP trellis k = 3, attention affine 4-bit).
 
-    python bench/decode_8b.py      # -> bench/results/decode_8b-cuda.json
+    python bench/decode_8b.py [--compile]   # -> bench/results/decode_8b-cuda.json
 
 A random-weight llama with Llama-3-8B's shapes (hidden 4096, MLP 14336, 32
 layers, 32/8 heads, vocab 128256; speed does not depend on the values) decodes
@@ -17,8 +17,11 @@ transformers. Variants swap the decoder linears in place:
   q3-float  — the same with TQBUILD_TRELLIS_ACT=float (the Triton float kernels);
   q3-attn-bf16 — q3's MLP, attention left in bf16 (the MLP's share).
 lm_head stays bf16 in every variant (8-bit in the recipes; the same bytes here
-for all). tq-build's own AffineLinear runtime dequantizes its weight on every
-call and is not a decode kernel; the affine variants use tinygemm instead.
+for all). `--compile`: each variant's forward also through torch.compile
+(inductor fuses the norms, RoPE and elementwise work between the linears;
+TrellisLinear is one custom op there), as `<variant>+compile`. tq-build's own
+AffineLinear runtime dequantizes its weight on every call and is not a decode
+kernel; the affine variants use tinygemm instead.
 """
 
 from __future__ import annotations
@@ -87,7 +90,13 @@ def swap(model, names, make) -> None:
 
 
 def main() -> None:
+    import argparse
+
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", action="store_true")
+    compile_too = ap.parse_args().compile
 
     cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
@@ -104,17 +113,25 @@ def main() -> None:
            "tokens": 64, "variants": {}}
 
     def run(name: str) -> None:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        try:
-            tps = graph_tokens_per_s(model)
-            res["variants"][name] = {"tokens_per_s": tps,
-                                     "memory_GB": torch.cuda.memory_allocated() / 1e9}
-        except Exception as e:  # noqa: BLE001 - recorded
-            res["variants"][name] = {"error": f"{type(e).__name__}: {e}"[:400]}
-        res["variants"][name]["wall_s"] = time.perf_counter() - t0
-        print(name, json.dumps(res["variants"][name]), flush=True)
-        save(res)
+        for compiled in (False, True) if compile_too else (False,):
+            key = name + ("+compile" if compiled else "")
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            forward = model.forward
+            try:
+                if compiled:
+                    torch._dynamo.reset()
+                    model.forward = torch.compile(forward)
+                tps = graph_tokens_per_s(model)
+                res["variants"][key] = {"tokens_per_s": tps,
+                                        "memory_GB": torch.cuda.memory_allocated() / 1e9}
+            except Exception as e:  # noqa: BLE001 - recorded
+                res["variants"][key] = {"error": f"{type(e).__name__}: {e}"[:400]}
+            finally:
+                model.forward = forward
+            res["variants"][key]["wall_s"] = time.perf_counter() - t0
+            print(key, json.dumps(res["variants"][key]), flush=True)
+            save(res)
 
     def restore(names) -> None:
         for i, layer in enumerate(model.model.layers):
