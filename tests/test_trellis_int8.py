@@ -239,3 +239,17 @@ def test_torch_compile_sees_one_op_per_module():
     compiled = torch.compile(model, backend=backend, fullgraph=True)
     assert torch.allclose(compiled(x), model(x))
     assert sum("tqbuild.trellis_matmul" in t for t in seen) == 2, seen
+
+
+def test_prebuild_for_compiles_each_library_once(monkeypatch):
+    from types import SimpleNamespace as NS
+
+    built = []
+    monkeypatch.setattr(trellis_cuda, "prebuild", lambda cases: built.extend(cases))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    mods = [NS(k=3, L=12, code="mul1"), NS(k=3, L=12, code="mul1"), NS(k=2, L=12, code="mul1"),
+            NS(k=3, L=12, code="3inst")]
+    assert trellis_cuda.prebuild_for(mods) == [(2, 12, "mul1"), (3, 12, "mul1")]
+    assert built == [(2, 12, "mul1"), (3, 12, "mul1")]
+    monkeypatch.setenv("TQBUILD_TRELLIS_ACT", "float")
+    assert trellis_cuda.prebuild_for(mods) == []

@@ -17,6 +17,7 @@ from ..formats.dequant import dequantize_module, entry_for
 from ..formats.trellis import TrellisEntry
 from ..io.layout import to_hf
 from ..models import family_for
+from . import trellis_cuda
 from .trellis_torch import TrellisLinear
 
 
@@ -91,11 +92,12 @@ def load_torch(path: Path, dtype=torch.float32, *, packed: bool = False, device:
 
 def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
     """Swap every trellis module's dense weight for a packed TrellisLinear (decoded
-    by the Triton kernels on CUDA, by torch ops elsewhere)."""
+    by the CUDA / Triton kernels on CUDA — their libraries built here — and by
+    torch ops elsewhere)."""
 
     quant = cfg.get("quantization") or {}
     raw = read_artifact_tensors(path)
-    n = 0
+    made = []
     for module, entry in quant.items():
         if not (isinstance(entry, dict) and entry.get("mode") == "trellis"):
             continue
@@ -109,5 +111,7 @@ def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
         lin = TrellisLinear(raw[module + ".weight"], raw[module + ".scales"], entry,
                             old.bias.data if getattr(old, "bias", None) is not None else None)
         setattr(parent, leaf, lin.to(device))
-        n += 1
-    return n
+        made.append(lin)
+    if str(device).startswith("cuda"):
+        trellis_cuda.prebuild_for(made)
+    return len(made)

@@ -108,6 +108,16 @@ def prebuild(cases: list[tuple[int, int, str]]) -> None:
         list(ex.map(lambda c: library(*c), todo))
 
 
+def prebuild_for(modules) -> list[tuple[int, int, str]]:
+    """Compile, in parallel, the libraries a model's trellis modules (anything
+    with k, L and code) will call on CUDA — at load, not at the first token."""
+    cases = sorted({(m.k, m.L, m.code) for m in modules if m.code in CODE_IDS})
+    if cases and mode() != "float" and torch.cuda.is_available():
+        prebuild(cases)
+        return cases
+    return []
+
+
 def _check(rc: int, what: str) -> None:
     if rc != 0:
         raise RuntimeError(f"int8 trellis {what} launch failed (cudaError {rc})")
