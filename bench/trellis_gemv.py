@@ -3,7 +3,9 @@ kernels of runtime/trellis_gemv.cu) next to bf16 cuBLAS and the float-activation
 Triton kernels, on the H200.
 
     python bench/trellis_gemv.py      # -> bench/results/trellis_gemv-cuda.json
-    python bench/trellis_gemv.py --shapes down,gate --ms 1,4 --ks 3 --tag -x   # a part
+    python bench/trellis_gemv.py --shapes down,gate --ms 1,4 --ks 3 --tag=-x   # a part
+    python bench/trellis_gemv.py --variants "-DTQ_COLS_DEPTH=2;-DTQ_COLS_MINB=1" --tag=-v
+        # compile-time variants (TQBUILD_GEMV_FLAGS), k = 3, M = 1, every shape, first
 
 Shapes: 8192×8192 and 17408×5120 (gate/up: the `rows` kernel) and 5120×17408
 (down_proj, coded along its output dim: the `cols` kernel); k = 2, 3, 4, L = 12,
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import re
 import subprocess
 import sys
@@ -103,6 +106,7 @@ def main() -> None:
     ap.add_argument("--ms", default="1,2,4,8")
     ap.add_argument("--ks", default="2,3,4")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--variants", default="", help="';'-separated nvcc define sets")
     a = ap.parse_args()
     shapes = [s for s in SHAPES if not a.shapes or s[0].split()[0] in a.shapes.split(",")]
     ms = [int(m) for m in a.ms.split(",")]
@@ -110,6 +114,8 @@ def main() -> None:
     global TAG
     TAG = a.tag
     dev = "cuda"
+    if a.variants:
+        variant_sweep(a.variants.split(";"), shapes)
     tc.prebuild([(k, L, CODE) for k in ks])
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()
@@ -180,6 +186,30 @@ def main() -> None:
                 res["cases"].append(case)
                 save(res)
             del copies
+
+
+def variant_sweep(variants: list[str], shapes: list) -> None:
+    """k = 3, M = 1 on every shape for each set of compile-time defines (and the
+    default build), one library each; -> trellis_gemv-cuda{TAG}-variants.json."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    g = torch.Generator(device="cuda").manual_seed(0)
+    out = {"host": host(), "code": CODE, "L": L, "T": T, "k": 3, "M": 1, "runs": []}
+    for flags in ["", *variants]:
+        os.environ["TQBUILD_GEMV_FLAGS"] = flags
+        tc._libs.clear()
+        for name, out_f, in_f, axis in shapes:
+            rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
+            copies, _ = packed_case(None, 3, rows, cols, l2, g)
+            x = torch.randn(1, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
+            t = time_int8(x, copies, None, code=CODE, k=3, T=T, L=L, axis=axis,
+                          out_features=out_f, in_features=in_f)
+            out["runs"].append({"flags": flags, "shape": name, "seconds": t})
+            print(json.dumps(out["runs"][-1]), flush=True)
+            del copies
+    os.environ["TQBUILD_GEMV_FLAGS"] = ""
+    tc._libs.clear()
+    (HERE / "results" / f"trellis_gemv-cuda{TAG}-variants.json").write_text(
+        json.dumps(out, indent=2) + "\n")
 
 
 def save(res: dict) -> None:

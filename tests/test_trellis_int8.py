@@ -253,3 +253,16 @@ def test_prebuild_for_compiles_each_library_once(monkeypatch):
     assert built == [(2, 12, "mul1"), (3, 12, "mul1")]
     monkeypatch.setenv("TQBUILD_TRELLIS_ACT", "float")
     assert trellis_cuda.prebuild_for(mods) == []
+
+
+def test_tuning_defines_join_the_build_flags(monkeypatch):
+    """TQBUILD_GEMV_FLAGS reaches nvcc and so the library's cache key."""
+    from tqbuild.kernels import nvcc
+
+    base = trellis_cuda._flags(3, 12, "mul1")
+    monkeypatch.setenv("TQBUILD_GEMV_FLAGS", "-DTQ_COLS_DEPTH=2")
+    tuned = trellis_cuda._flags(3, 12, "mul1")
+    assert tuned == base + ["-DTQ_COLS_DEPTH=2"]
+    monkeypatch.setattr(nvcc, "arch", lambda: "sm_90")
+    assert nvcc.library_path(trellis_cuda.SOURCE, base) != \
+        nvcc.library_path(trellis_cuda.SOURCE, tuned)

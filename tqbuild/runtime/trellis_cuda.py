@@ -40,7 +40,10 @@ def mode() -> str:
 
 
 def _flags(k: int, L: int, code: str) -> list[str]:
-    return [f"-DTQ_K={k}", f"-DTQ_L={L}", f"-DTQ_CODE={CODE_IDS[code]}"]
+    """nvcc defines of one library; TQBUILD_GEMV_FLAGS adds tuning defines
+    (e.g. "-DTQ_COLS_DEPTH=2": benchmark sweeps; part of the cache key)."""
+    extra = os.environ.get("TQBUILD_GEMV_FLAGS", "").split()
+    return [f"-DTQ_K={k}", f"-DTQ_L={L}", f"-DTQ_CODE={CODE_IDS[code]}", *extra]
 
 
 def _load(k: int, L: int, code: str) -> ctypes.CDLL:
