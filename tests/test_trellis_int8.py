@@ -266,3 +266,14 @@ def test_tuning_defines_join_the_build_flags(monkeypatch):
     monkeypatch.setattr(nvcc, "arch", lambda: "sm_90")
     assert nvcc.library_path(trellis_cuda.SOURCE, base) != \
         nvcc.library_path(trellis_cuda.SOURCE, tuned)
+
+
+def test_streamed_eval_refuses_the_int8_mode(tmp_path, monkeypatch):
+    from tqbuild.errors import BadInput
+    from tqbuild.eval.run import path_window_logits
+
+    (tmp_path / "optiq_metadata.json").write_text("{}")
+    monkeypatch.setenv("TQBUILD_TRELLIS_ACT", "int8")
+    with pytest.raises(BadInput, match="--stream"):
+        path_window_logits(tmp_path, torch.zeros(1, 4, dtype=torch.long), 4, "cpu", True,
+                           lambda *a: None)

@@ -56,6 +56,11 @@ def path_window_logits(path: Path, ids: torch.Tensor, window: int, device: str, 
     False: transformers for a source, the torch loader for an artifact), or one
     layer at a time (eval/streaming.py)."""
     if stream:
+        if trellis_cuda.mode() == "int8" and (Path(path) / "optiq_metadata.json").is_file():
+            raise BadInput("TQBUILD_TRELLIS_ACT=int8 with --stream: the streamed eval "
+                           "dequantizes each layer, so it cannot apply the int8 activations",
+                           fix="drop --stream (the whole-model eval measures int8) or unset "
+                               "TQBUILD_TRELLIS_ACT")
         stream_logits(reader_for(path), ids, window, on_window, device)
         return
     if (Path(path) / "optiq_metadata.json").is_file():
