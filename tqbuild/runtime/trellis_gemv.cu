@@ -668,6 +668,17 @@ int sm_count() {
     return sms;
 }
 
+// Opt a kernel into `smem` bytes of dynamic shared memory beyond the default 48 KB;
+// `allowed` (a static per kernel at the caller) keeps it to one call per new
+// maximum, made before any CUDA-graph capture of that size
+template <typename F>
+void allow_smem(F kernel, size_t smem, size_t& allowed) {
+    if (smem > allowed) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        allowed = smem;
+    }
+}
+
 size_t fused_smem(int M, int n, int RB, int warps) {
     const int ng = n >> 5;
     return ((size_t)M * ng * (M > 1 ? 12 : 36) + 2 * (size_t)M * ng + (size_t)warps * RB * M) * 4;
@@ -682,8 +693,8 @@ int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x
     const int sms = sm_count();
     const int nrb = (rows + rb - 1) / rb;
 #define TQ_RB(R) case R: { \
-        if (smem > 48 * 1024) cudaFuncSetAttribute(rows_fused<M, R>, \
-            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem); \
+        static size_t allowed = 48 * 1024; \
+        allow_smem(rows_fused<M, R>, smem, allowed); \
         int bps = blocks_per_sm; \
         if (bps <= 0) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_fused<M, R>, \
                                                                     warps * 32, smem); \
@@ -705,11 +716,8 @@ int launch_rows_mma(const uint32_t* words, const __half* scales, const void* x, 
                     float* out, int rows, int nw, int n, int ppb, int warps, float factor,
                     cudaStream_t st) {
     const size_t smem = mma_smem(M, n, warps);
-    static size_t allowed = 48 * 1024;  // raised once, outside any graph capture after
-    if (smem > allowed) {
-        cudaFuncSetAttribute(rows_mma<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        allowed = smem;
-    }
+    static size_t allowed = 48 * 1024;
+    allow_smem(rows_mma<M>, smem, allowed);
     int bps = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_mma<M>, warps * 32, smem);
     const int grid = max(1, min((rows + 16 * TL - 1) / (16 * TL), sm_count() * max(1, bps)));
@@ -737,9 +745,8 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
                 float* out, int nrows, int nw, int n_out, int ppb, int per, float factor,
                 cudaStream_t st) {
     const size_t smem = cols_smem(M, per);
-    if (smem > 48 * 1024)
-        cudaFuncSetAttribute(cols_kernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
+    static size_t allowed = 48 * 1024;
+    allow_smem(cols_kernel<M>, smem, allowed);
     const int splits = (nrows + per - 1) / per;
     dim3 grid((n_out / 32 + 31) / 32, splits);
     cols_kernel<M><<<grid, COLS_WARPS * 32, smem, st>>>(words, x, dtype, rs,
