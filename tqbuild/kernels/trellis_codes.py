@@ -23,12 +23,16 @@ BYTESUM_DIV = 147.800537109375
 INST3_RMS = 1.24371088  # RMS of QTIP's raw 3INST values over all 2^16 states
 
 
-def code_bytesum(states: np.ndarray, code: str = "1mad") -> np.ndarray:
+def byte_sums(states: np.ndarray, code: str = "1mad") -> np.ndarray:
+    """The sum of the 4 bytes of each state's hash (0 .. 1020), uint32."""
     mult, add = BYTESUM_HASH[code]
     x = ((states.astype(np.uint64) * mult + add) & 0xFFFFFFFF).astype(np.uint32)
-    total = (x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24)
-    return ((total.astype(np.float32) - np.float32(510)) / np.float32(BYTESUM_DIV)
-            ).astype(np.float32)
+    return (x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24)
+
+
+def code_bytesum(states: np.ndarray, code: str = "1mad") -> np.ndarray:
+    return ((byte_sums(states, code).astype(np.float32) - np.float32(510)) /
+            np.float32(BYTESUM_DIV)).astype(np.float32)
 
 
 def code_3inst_raw(states: np.ndarray) -> np.ndarray:

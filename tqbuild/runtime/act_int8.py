@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..formats.trellis import states_of
-from ..kernels.trellis_codes import BYTESUM_DIV, BYTESUM_HASH
+from ..kernels.trellis_codes import BYTESUM_DIV, BYTESUM_HASH, byte_sums
 
 GROUP = 32
 
@@ -34,16 +34,11 @@ def quantize_np(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.reshape(M, n), (a / np.float32(127)).astype(np.float32)
 
 
-def bytesums(states: np.ndarray, code: str) -> np.ndarray:
-    mult, add = BYTESUM_HASH[code]
-    x = (states.astype(np.uint64) * mult + add) & 0xFFFFFFFF
-    return ((x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24)).astype(np.int64)
-
-
 def matvec_reference(x: np.ndarray, words: np.ndarray, scales: np.ndarray, *, code: str, k: int,
                      T: int, L: int, axis: int) -> np.ndarray:
     """x [M, in] float, plain words [rows, nw] -> float64 [M, out], int8 semantics."""
-    vals = bytesums(states_of(np.asarray(words).view(np.uint32), k, T, L), code) - 510
+    states = states_of(np.asarray(words).view(np.uint32), k, T, L)
+    vals = byte_sums(states, code).astype(np.int64) - 510
     sc = np.asarray(scales).astype(np.float32)
     x = np.asarray(x, np.float32)
     if axis == 0:  # stored [in, out]: the activation carries its row's scale

@@ -11,6 +11,7 @@ code and geometry allow; `float` — never (the float-activation Triton kernels)
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -81,11 +82,15 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, coded: int,
             not geometry_ok(k, L, T, coded, in_features):
         return False
     lib = library(k, L, code)
-    if lib is None:
-        return False
-    c = rows_cfg(M, in_features // 32)
-    return axis == 0 or lib.tq_gemv_fused_smem(M, in_features, c["RB"],
-                                                c["warps"] * c["rgb"]) <= SMEM_LIMIT
+    return lib is not None and (axis == 0 or _rows_fit(lib, M, in_features))
+
+
+@functools.cache
+def _rows_fit(lib: ctypes.CDLL, M: int, in_features: int) -> bool:
+    """x [M, in_features] quantized fits a rows block's shared memory (asked once per
+    shape: this runs on every decode call)."""
+    c = rows_cfg(M)
+    return lib.tq_gemv_fused_smem(M, in_features, c["RB"], c["warps"] * c["rgb"]) <= SMEM_LIMIT
 
 
 def library(k: int, L: int, code: str) -> ctypes.CDLL | None:
@@ -133,7 +138,7 @@ def _stream(t: torch.Tensor) -> ctypes.c_void_p:
 SMEM_LIMIT = 200 << 10  # dynamic shared memory a block may take (H100/H200: 227 KB)
 
 
-def rows_cfg(M: int, ng: int, cfg: dict | None = None) -> dict:
+def rows_cfg(M: int, cfg: dict | None = None) -> dict:
     """Rows per warp by M (registers). Default: a warp owns its rows (`warps` = 1
     per row group, no block-wide reduction), 16 row groups a block, blocks per SM
     at the kernel's occupancy (`bps` 0)."""
@@ -179,7 +184,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
                                     T, w, factor, st), "rows (mma)")
         return out
     if axis == 1:
-        c = rows_cfg(M, in_features // 32, cfg)
+        c = rows_cfg(M, cfg)
         _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
                                       DTYPES[x.dtype], out.data_ptr(), M, rows, nw,
                                       in_features, T, c["RB"], c["warps"], c["rgb"], c["bps"],

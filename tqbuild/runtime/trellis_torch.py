@@ -185,7 +185,6 @@ class TrellisLinear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
 
-
 def int8_emulated(x2, words, scales, table, *, k: int, T: int, L: int, axis: int
                   ) -> torch.Tensor:
     """What the int8 kernels compute, in float32 torch ops (any device): the
