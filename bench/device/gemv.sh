@@ -2,7 +2,9 @@
 # One H200 call of the int8 trellis kernel work: bash bench/device/gemv.sh STEP...
 # Steps: build (compile every (k, L, code) library in parallel), tests (the
 # int8 kernel tests + the CUDA runtime tests), gemv (bench/trellis_gemv.py),
-# decode (bench/decode_8b.py), triton (the Triton float kernels on CUDA).
+# decode (bench/decode_8b.py), decodec (the same through torch.compile), ncu
+# (Nsight Compute sections of the M = 1 rows and cols kernels), triton (the
+# Triton float kernels on CUDA).
 set -o pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=${TQBUILD_KERNEL_CACHE:-/tmp/tqk}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -22,6 +24,14 @@ tc.prebuild(cases); print('built', len(tc._libs), 'failed', tc._failed, round(ti
           cp bench/results/trellis_gemv-cuda.json "$OUT/" ;;
     decode) timeout "${DECODE_S:-300}" python bench/decode_8b.py 2>&1 | tee "$OUT/decode.log" | tail -20
             cp bench/results/decode_8b-cuda.json "$OUT/" ;;
+    decodec) timeout "${DECODE_S:-300}" python bench/decode_8b.py --compile 2>&1 \
+               | tee "$OUT/decodec.log" | tail -20
+             cp bench/results/decode_8b-cuda*.json "$OUT/" ;;
+    ncu) timeout "${NCU_S:-240}" ncu --clock-control none -k 'regex:rows_fused|cols_kernel' \
+           --launch-skip 2 --launch-count 2 --section SpeedOfLight --section WarpStateStats \
+           --section SchedulerStats --section Occupancy --section LaunchStats \
+           --section InstructionStats --section MemoryWorkloadAnalysis \
+           python bench/device/ncu_gemv.py > "$OUT/ncu.txt" 2>&1; tail -5 "$OUT/ncu.txt" ;;
     triton) timeout "${TRITON_S:-300}" python -m pytest -q tests/test_runtime_torch.py \
               -k triton_kernels_on_cuda 2>&1 | tee "$OUT/triton.log" | tail -5 ;;
   esac
