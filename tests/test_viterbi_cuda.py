@@ -115,3 +115,50 @@ def test_unbuildable_extension_falls_back_with_one_warning(monkeypatch):
 def test_kernel_source_ships_with_the_package():
     assert viterbi_cuda.SOURCE.is_file()
     assert "tq_viterbi_tailbiting" in viterbi_cuda.SOURCE.read_text()
+
+
+def test_kernel_division_constants_give_the_code_table_exactly():
+    """mad_code's fma(a, Rhi, a·Rlo) (constants read from the .cu) is the correctly
+    rounded (t − 510) / D for every byte sum t: checked in exact arithmetic."""
+    import re
+    from fractions import Fraction
+
+    src = viterbi_cuda.SOURCE.read_text()
+    hi, lo = (np.array([int(h, 16)], dtype=np.uint32).view(np.float32)[0] for h in
+              re.search(r"Rhi = __int_as_float\((0x[0-9a-f]+)u\), Rlo = __int_as_float\("
+                        r"(0x[0-9a-f]+)u\)", src).groups())
+    want = ((np.arange(1021, dtype=np.float32) - np.float32(510)) /
+            np.float32(147.800537109375)).astype(np.float32)
+
+    def nearest(fr: Fraction) -> np.float32:  # round-to-nearest-even float32 of fr
+        x = np.float32(float(fr))
+        cands = [np.nextafter(x, np.float32(-np.inf)), x, np.nextafter(x, np.float32(np.inf))]
+        return min(cands, key=lambda c: (abs(Fraction(float(c)) - fr),
+                                         int(np.array([c]).view(np.uint32)[0]) & 1))
+
+    for t in range(1021):
+        a = np.float32(t - 510)
+        got = nearest(Fraction(float(a)) * Fraction(float(hi)) + Fraction(float(a * lo)))
+        assert got == want[t], t
+
+
+def test_long_l16_blocks_are_not_sent_to_the_kernel(monkeypatch):
+    class FakeCuda:
+        is_cuda = True
+
+        def __init__(self, T):
+            self.shape = (4, T)
+
+    monkeypatch.setattr(viterbi_cuda, "_lib", object())
+    monkeypatch.setattr(viterbi_cuda, "_failed", None)
+    assert viterbi_cuda.available(FakeCuda(1024), 16, 2)
+    assert not viterbi_cuda.available(FakeCuda(2048), 16, 2)  # beyond the smem plan
+    assert viterbi_cuda.available(FakeCuda(2048), 12, 3)
+
+
+@needs_cuda
+@pytest.mark.parametrize("k", [2, 3])
+def test_l16_longest_block_states_equal_torch(k):
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(3, viterbi_cuda.MAX_T_L16, device="cuda", generator=g)
+    assert torch.equal(cuda_states(x, 16, k, "mul1"), torch_states(x, 16, k, "mul1"))

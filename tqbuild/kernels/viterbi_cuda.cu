@@ -13,7 +13,9 @@
 // registers; only the J best costs go through shared memory, once per step.
 // Strided ownership (j = tid + i·NT) at L = 12 and L = 16, k = 1; at L = 16,
 // k ≥ 2 a thread owns groups of C consecutive classes, whose C·C states share
-// their C predecessor costs. Backpointers (c, one byte per class and step) go
+// their C predecessor costs; the codes of a thread's first groups (as many as
+// fit in shared memory) are computed once and read back, the rest every step
+// (computed codes cost ~5 instructions, a cached one a quarter LDS.128). Backpointers (c, one byte per class and step) go
 // to global memory.
 
 #include <cstdint>
@@ -37,16 +39,21 @@ struct Codes<1> {
   __device__ __forceinline__ float operator()(uint32_t s) const;
 };
 
-// 1MAD's value from the LCG output x without a table: the byte sum t (one
-// VSADU4), a = t − 510 exactly (2^23 + t read as a float, minus 2^23 + 510),
-// then a / D as a·R refined by one exact-residual step. Checked against the
-// correctly rounded division for all 1021 byte sums (bench notes), so the
-// value equals code_bytesum's bit for bit (1MAD and MUL1 differ in the hash).
+// 1MAD's value from the LCG output x without a table: 2^23 + the byte sum t as
+// float bits in one VABSDIFF4 with accumulate, a = t − 510 exactly (minus
+// 2^23 + 510), then a / D as fma(a, Rhi, a·Rlo) with Rhi + Rlo ≈ 1/D (Rhi =
+// f32(1/D), Rlo = f32(1/D − Rhi)). Checked with exact rational arithmetic for
+// all 1021 byte sums (bench/viterbi_cuda-notes.md), so the value equals
+// code_bytesum's bit for bit (1MAD and MUL1 differ in the hash).
+__device__ __forceinline__ uint32_t bytesum_plus(uint32_t x, uint32_t c) {
+  uint32_t d;
+  asm("vabsdiff4.u32.u32.u32.add %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(0u), "r"(c));
+  return d;
+}
 __device__ __forceinline__ float mad_code(uint32_t x) {
-  const float a = __fadd_rn(__int_as_float(0x4B000000u + __vsadu4(x, 0u)), -8389118.f);
-  const float R = __int_as_float(0x3bddb447u), D = __int_as_float(0x4313ccf0u);
-  const float q0 = __fmul_rn(a, R);
-  return __fmaf_rn(__fmaf_rn(-q0, D, a), R, q0);
+  const float a = __fadd_rn(__uint_as_float(bytesum_plus(x, 0x4B000000u)), -8389118.f);
+  const float Rhi = __int_as_float(0x3bddb447u), Rlo = __int_as_float(0xaf7486beu);
+  return __fmaf_rn(a, Rhi, __fmul_rn(a, Rlo));
 }
 
 // keep the running minimum m (first c on ties) and its c; costs are >= 0 or +inf,
@@ -75,6 +82,21 @@ __host__ __device__ constexpr bool double_buffered(int L, int K) {
   return 2 * (1 << (L - K)) * 4 <= 160 * 1024;
 }
 
+constexpr int MAX_T = 1024;            // longest block the shared-memory plan reserves for
+constexpr int SMEM_BYTES = 227 * 1024;  // an H100/H200 block's shared-memory limit
+
+// grouped layout: how many of a thread's groups keep their C·C codes in shared
+// memory (read as float4, conflict-free) instead of computing them every step —
+// as many as fit beside the best costs, x and the states of a T ≤ MAX_T block
+__host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
+  const int C = 1 << K, J = 1 << (L - K), G = J / C / NT;
+  const int base = 4 * (double_buffered(L, K) ? 2 * J : J) + 8 * MAX_T + 8 * (NT / 32);
+  const int per = 4 * C * C * NT;
+  int g = 0;
+  while (g < G && base + (g + 1) * per <= SMEM_BYTES) ++g;
+  return g;
+}
+
 template <int L, int K, int NT, int MODE>
 __global__ void __launch_bounds__(NT)
 viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__ table, int T,
@@ -93,6 +115,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   int* st = reinterpret_cast<int*>(xs + T);  // [T] states
   float* red_v = reinterpret_cast<float*>(st + T);  // [NT/32]
   int* red_s = reinterpret_cast<int*>(red_v + NT / 32);  // [NT/32]
+  // GSM groups' codes: float4 q of group gi of thread tid at [(gi·C·C/4 + q)·NT + tid]
+  constexpr int GSM = GROUPED ? smem_code_groups(L, K, NT) : 0;
+  float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + 2 * MAX_T + NT / 16);
 
   const int tid = threadIdx.x;
   const int64_t b = blockIdx.x;
@@ -101,6 +126,15 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
   Codes<MODE> code;
   if constexpr (MODE == 0) code.table = table;
+#pragma unroll 1
+  for (int gi = 0; gi < GSM; ++gi)
+#pragma unroll 1
+    for (int q = 0; q < C * C / 4; ++q) {
+      const uint32_t j = (tid + gi * NT) * C + q * 4 / C, c0 = (q * 4) % C;
+      csm[(gi * (C * C / 4) + q) * NT + tid] =
+          make_float4(code(j + c0 * J), code(j + (c0 + 1) * J), code(j + (c0 + 2) * J),
+                      code(j + (c0 + 3) * J));
+    }
   __syncthreads();
 
   int overlap = -1;
@@ -122,6 +156,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 #pragma unroll 1
         for (int gi = 0; gi < NG / NT; ++gi) {
           const int j0 = tid + gi * NT;
+          const bool cached = gi < GSM;
           float pb[C];
 #pragma unroll
           for (int c = 0; c < C; ++c) pb[c] = cur[j0 + c * NG];
@@ -132,11 +167,22 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 #pragma unroll
           for (int bb = 0; bb < C; ++bb) {
             const uint32_t j = j0 * C + bb;
+            float cv[C];
+            if (cached) {
+#pragma unroll
+              for (int q = 0; q < C / 4; ++q) {
+                const float4 f = csm[(gi * (C * C / 4) + bb * (C / 4) + q) * NT + tid];
+                cv[4 * q] = f.x; cv[4 * q + 1] = f.y; cv[4 * q + 2] = f.z; cv[4 * q + 3] = f.w;
+              }
+            } else {
+#pragma unroll
+              for (int c = 0; c < C; ++c) cv[c] = code(j + c * J);
+            }
             float mv = 0.f;
             int arg = 0;
 #pragma unroll
             for (int c = 0; c < C; ++c) {
-              const float d = __fsub_rn(code(j + c * J), xv);
+              const float d = __fsub_rn(cv[c], xv);
               const float v = __fadd_rn(__fmul_rn(d, d), pb[c]);
               if (c == 0) mv = v;
               else take_min(v, c, mv, arg);
@@ -231,8 +277,12 @@ static int launch_one(const float* x, const float* table, int B, int T, uint8_t*
                       int64_t* states, cudaStream_t stream) {
   constexpr int J = 1 << (L - K);
   // the kernel's shared memory: best costs, x, states, the reduction's (cost, state)
+  constexpr int GSM = L == 16 && K >= 2 ? smem_code_groups(L, K, NT) : 0;
+  if (GSM > 0 && T > MAX_T) return -2;  // the plan reserves x and states for MAX_T
   size_t smem = sizeof(float) * ((double_buffered(L, K) ? 2 * J : J) + T) + sizeof(int) * T +
                 8 * (NT / 32);
+  if (GSM > 0) smem = sizeof(float) * (double_buffered(L, K) ? 2 * J : J) + 8 * MAX_T +
+                      8 * (NT / 32) + (size_t)GSM * 4 * (1 << (2 * K)) * NT;
   auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem);

@@ -18,6 +18,7 @@ from . import nvcc
 SOURCE = Path(__file__).with_suffix(".cu")
 CASES = {12: (1, 2, 3, 4), 16: (1, 2, 3, 4)}
 BP_BUDGET = 4 << 30  # bytes of backpointers per launch (T·2^(L−k) per block)
+MAX_T_L16 = 1024  # the L = 16 kernels' shared-memory plan (MAX_T in the .cu)
 
 _lib = None
 _failed: str | None = None
@@ -34,7 +35,8 @@ def _build() -> ctypes.CDLL:
 def available(x: torch.Tensor, L: int, k: int) -> bool:
     global _lib, _failed
     if os.environ.get("TQBUILD_VITERBI", "cuda") != "cuda" or not x.is_cuda or \
-            k not in CASES.get(L, ()) or _failed is not None:
+            k not in CASES.get(L, ()) or _failed is not None or \
+            (L == 16 and k >= 2 and x.shape[-1] > MAX_T_L16):
         return False
     if _lib is None:
         try:
