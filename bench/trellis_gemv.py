@@ -176,9 +176,11 @@ def main() -> None:
                         "packed_GB_per_s": nbytes / t / 1e9, "fraction_of_copy_bw": nbytes / t / bw,
                         "weights_per_s": out_f * in_f / t, "bf16_cublas_seconds": t_bf[m],
                         "speedup_vs_bf16": t_bf[m] / t, "cfg": cfg, "copies": len(copies)}
-                if axis == 1 and m > 1:  # the tensor-core rows kernel (opt-in), same call
+                if axis == 1 and m > 1:  # both rows kernels (the default picks by M), same call
+                    case["kernel"] = "mma" if m >= tc.MMA_FROM_M else "dp4a"
                     case["mma_seconds"] = time_int8(xm, copies, {"mma": True}, **kw)
                     case["mma_speedup_vs_bf16"] = t_bf[m] / case["mma_seconds"]
+                    case["dp4a_seconds"] = time_int8(xm, copies, {"mma": False}, **kw)
                 if m <= tk.MAX_M:  # the float-activation Triton kernels, same call
                     case["triton_float_seconds"] = time_triton(xm, copies, **kw)
                     case["speedup_vs_triton_float"] = case["triton_float_seconds"] / t

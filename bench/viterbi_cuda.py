@@ -1,13 +1,16 @@
 """The fused CUDA Viterbi vs the previous paths, in one run on one GPU.
 
-    python bench/viterbi_cuda.py [--quick]
+    python bench/viterbi_cuda.py [--quick] [--code mul1] [--u-ab]
 
 Bare tail-biting Viterbi (both passes) on N(0, 1) blocks of T = 256 — 4096 and
 65536 sequences — at L = 12 and 16, k = 2, 3, 4: the CUDA kernel next to the
 previous path (TQBUILD_VITERBI=triton: Triton forward + torch backtrack at
 L = 12; torch at L = 16); then per-tensor LDLQ conversion of a gate-like
 17408 × 5120 (axis 1) and a down-like 5120 × 17408 (axis 0) matrix with a
-full-rank correlated Hessian. Writes bench/results/viterbi_cuda-cuda.json.
+full-rank correlated Hessian. `--u-ab`: the inverse Cholesky factor U both ways
+(CPU builds' Cholesky–inverse–Cholesky vs CUDA builds' reversed Cholesky +
+triangular inverse), alone and inside L = 12, k = 3 conversions, same run.
+Writes bench/results/viterbi_cuda-cuda{--tag}.json.
 
 Ceiling: per weight and pass the encoder forms 2^L state costs, each
 (code − x)² + best — a sub, a mul, an add — and a compare-select into the
@@ -35,6 +38,7 @@ from hostinfo import host  # noqa: E402
 from tqbuild.kernels import viterbi  # noqa: E402
 
 OPS_PER_STATE = 4
+CODE = "mul1"
 
 
 def timed(fn, reps: int = 1) -> float:
@@ -70,22 +74,22 @@ def bare(res: dict, quick: bool) -> None:
             ceiling = rate / (2 * 2**L * OPS_PER_STATE)
             for n in (4096, 65536):
                 x = torch.randn(n, 256, device="cuda", generator=g)
-                row = {"L": L, "k": k, "sequences": n, "T": 256,
+                row = {"L": L, "k": k, "code": CODE, "sequences": n, "T": 256,
                        "ceiling_weights_per_s": ceiling}
-                s = timed(lambda x=x, L=L, k=k: viterbi.quantize_blocks(x, L, k),
+                s = timed(lambda x=x, L=L, k=k: viterbi.quantize_blocks(x, L, k, CODE),
                           reps=1 if n > 4096 or L == 16 else 3)
                 row["cuda_weights_per_s"] = x.numel() / s
                 row["cuda_fraction_of_ceiling"] = row["cuda_weights_per_s"] / ceiling
                 old = "triton" if L == 12 else "torch"
                 if n == 4096 or (L == 12 and not quick):
                     s_old = with_path(old, lambda x=x, L=L, k=k: timed(
-                        lambda: viterbi.quantize_blocks(x, L, k)))
+                        lambda: viterbi.quantize_blocks(x, L, k, CODE)))
                     row[f"{old}_weights_per_s"] = x.numel() / s_old
                     row["speedup"] = row["cuda_weights_per_s"] / row[f"{old}_weights_per_s"]
                     same = with_path(old, lambda x=x, L=L, k=k: viterbi.quantize_blocks(
-                        x[:256], L, k))
+                        x[:256], L, k, CODE))
                     row["states_equal_old_path"] = bool(torch.equal(
-                        same, viterbi.quantize_blocks(x[:256], L, k)))
+                        same, viterbi.quantize_blocks(x[:256], L, k, CODE)))
                 print(json.dumps(row), flush=True)
                 res["bare"].append(row)
 
@@ -111,7 +115,7 @@ def per_tensor(res: dict, quick: bool) -> None:
         for L in (12, 16):
             for k in ((3,) if quick else (2, 3, 4)):
                 # as the build: axis 1 steps one trellis block, axis 0 128 columns
-                geo = Geometry(L=L, k=k, T=256, code="1mad", axis=axis,
+                geo = Geometry(L=L, k=k, T=256, code=CODE, axis=axis,
                                group=256 if axis == 1 else 128)
                 torch.cuda.synchronize()
                 t = time.perf_counter()
@@ -119,11 +123,47 @@ def per_tensor(res: dict, quick: bool) -> None:
                 torch.cuda.synchronize()
                 s = time.perf_counter() - t
                 row = {"tensor": name, "shape": [out, inp], "axis": axis, "L": L, "k": k,
+                       "code": CODE,
                        "seconds": s, "weights_per_s": w.numel() / s,
                        "proxy_loss": r.proxy_loss, "method": r.method}
                 print(json.dumps(row), flush=True)
                 res["per_tensor"].append(row)
         del h
+
+
+def u_ab(res: dict) -> None:
+    """U both ways on the same Hessians: alone (float64, 17408² and 5120²) and
+    inside L = 12, k = 3 per-tensor conversions (seconds, proxy, equal states)."""
+    from tqbuild.stages import guard
+    from tqbuild.stages.trellis import Geometry, trellis_guarded
+
+    reversed_u = guard._inverse_cholesky_upper_reversed
+    arms = {"direct": guard._inverse_cholesky_upper_direct, "reversed": reversed_u}
+    rows = []
+    try:
+        for name, out, inp, axis, ws, hs in (("gate-like", 17408, 5120, 1, 10, 20),
+                                             ("down-like", 5120, 17408, 0, 11, 21)):
+            g = torch.Generator(device="cuda").manual_seed(ws)
+            w = 0.02 * torch.randn(out, inp, device="cuda", generator=g)
+            h = correlated_h(inp, 16384 if inp == 5120 else 34816, hs)
+            geo = Geometry(L=12, k=3, T=256, code=CODE, axis=axis,
+                           group=256 if axis == 1 else 128)
+            got = {}
+            for arm, fn in arms.items():
+                guard._inverse_cholesky_upper_reversed = fn  # what CUDA calls
+                u_s = timed(lambda: guard.inverse_cholesky_upper(h, 0.01), reps=2)
+                t_s = timed(lambda: trellis_guarded(w, h, geo, damp=0.01), reps=2)
+                got[arm] = trellis_guarded(w, h, geo, damp=0.01)
+                rows.append({"tensor": name, "n": inp, "arm": arm, "u_seconds": u_s,
+                             "tensor_seconds": t_s, "weights_per_s": w.numel() / t_s,
+                             "proxy_loss": got[arm].proxy_loss})
+                print(json.dumps(rows[-1]), flush=True)
+            rows[-1]["states_equal_fraction"] = float(
+                (got["direct"].states == got["reversed"].states).float().mean())
+            del h
+    finally:
+        guard._inverse_cholesky_upper_reversed = reversed_u
+    res["u_ab"] = rows
 
 
 def profile_down_like(res: dict) -> None:
@@ -136,7 +176,7 @@ def profile_down_like(res: dict) -> None:
     g = torch.Generator(device="cuda").manual_seed(11)
     w = 0.02 * torch.randn(5120, 17408, device="cuda", generator=g)
     h = correlated_h(17408, 34816, 21)
-    geo = Geometry(L=12, k=3, T=256, code="1mad", axis=0, group=128)
+    geo = Geometry(L=12, k=3, T=256, code=CODE, axis=0, group=128)
     trellis_guarded(w, h, geo, damp=0.01)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         trellis_guarded(w, h, geo, damp=0.01)
@@ -154,8 +194,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-bare", action="store_true")
     ap.add_argument("--profile", action="store_true", help="profile a down-like conversion")
+    ap.add_argument("--u-ab", action="store_true", help="U both ways, same run")
+    ap.add_argument("--code", default=CODE)
+    ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
+    global CODE
+    CODE = args.code
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)
@@ -163,11 +208,13 @@ def main() -> None:
     try:
         if not args.skip_bare:
             bare(res, args.quick)
+        if args.u_ab:
+            u_ab(res)
         per_tensor(res, args.quick)
         if args.profile:
             profile_down_like(res)
     finally:
-        (out / "viterbi_cuda-cuda.json").write_text(json.dumps(res, indent=2) + "\n")
+        (out / f"viterbi_cuda-cuda{args.tag}.json").write_text(json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -402,3 +402,25 @@ def test_ldlq_small_groups_lower_the_proxy_on_correlated_columns():
         geo = Geometry(L=12, k=2, T=128, code="1mad", axis=axis, group=group)
         loss[axis, group] = trellis_guarded(w, h, geo).proxy_loss
     assert loss[0, 8] < 0.95 * loss[1, 128] and loss[0, 8] < 0.95 * loss[0, 128], loss
+
+
+def test_reversed_cholesky_gives_the_same_inverse_factor():
+    """The CUDA builds' U (Cholesky of the reversed H, triangular inverse by halves)
+    equals the reference chol(H⁻¹) up to rounding, is upper triangular, and a
+    non-positive-definite H still answers None."""
+    from tqbuild.stages import guard
+
+    torch.manual_seed(7)
+    n = 200
+    h = _correlated_h(n, 4).double()
+    ref = guard.inverse_cholesky_upper(h, 0.01)
+    damped = h + 0.01 * torch.mean(torch.diag(h)) * torch.eye(n, dtype=h.dtype)
+    got = guard._inverse_cholesky_upper_reversed(damped)
+    assert torch.equal(torch.triu(got), got)
+    assert float((got - ref).abs().max() / ref.abs().max()) < 1e-12
+    L = torch.linalg.cholesky(damped)
+    inv = guard.lower_triangular_inverse(L, leaf=16)  # four levels of halves
+    assert torch.allclose(inv @ L, torch.eye(n, dtype=h.dtype), atol=1e-9)
+    bad = damped.clone()
+    bad[3, 3] = -1.0
+    assert guard._inverse_cholesky_upper_reversed(bad) is None

@@ -277,3 +277,22 @@ def test_streamed_eval_refuses_the_int8_mode(tmp_path, monkeypatch):
     with pytest.raises(BadInput, match="--stream"):
         path_window_logits(tmp_path, torch.zeros(1, 4, dtype=torch.long), 4, "cpu", True,
                            lambda *a: None)
+
+
+def test_rows_kernel_choice_by_m_and_cfg():
+    class Lib:  # the mma kernel's shared-memory need, in bytes
+        def __init__(self, need):
+            self.need = need
+
+        def tq_gemv_mma_smem(self, M, n, warps):
+            return self.need
+
+    small, big = Lib(1024), Lib(trellis_cuda.SMEM_LIMIT + 1)
+    m = trellis_cuda.MMA_FROM_M
+    assert not trellis_cuda.use_mma(small, m - 1, 4096, None)
+    assert trellis_cuda.use_mma(small, m, 4096, None)
+    assert not trellis_cuda.use_mma(small, 8, 4096, {"RB": 1})  # a rows cfg: dp4a kernel
+    assert trellis_cuda.use_mma(small, 1, 4096, {"mma": True})
+    assert not trellis_cuda.use_mma(big, 8, 4096, None)  # does not fit: dp4a kernel
+    with pytest.raises(ValueError, match="does not fit"):
+        trellis_cuda.use_mma(big, 8, 4096, {"mma": True})

@@ -160,6 +160,23 @@ def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None 
     return int(lib.tq_gemv_cols_per(M, nrows, n_out, SMEM_LIMIT))
 
 
+MMA_FROM_M = 6  # rows: tensor cores from this M on (H200, 8192² and 17408 × 5120: M = 8
+# 56–63 µs vs 72–93 on the dp4a kernel, M = 4 42–54 vs 36–50; bench/trellis_gemv.py)
+MMA_WARPS = 8
+
+
+def use_mma(lib: ctypes.CDLL, M: int, in_features: int, cfg: dict | None) -> bool:
+    """The tensor-core rows kernel: cfg["mma"] if given (any other cfg picks the dp4a
+    rows kernel), else from MMA_FROM_M on, where x fits its shared memory (an explicit
+    request that does not fit is an error)."""
+    want = bool(cfg.get("mma")) if cfg else M >= MMA_FROM_M
+    fits = lib.tq_gemv_mma_smem(M, in_features, int((cfg or {}).get("warps", MMA_WARPS))) \
+        <= SMEM_LIMIT
+    if want and not fits and cfg and cfg.get("mma"):
+        raise ValueError(f"x [{M}, {in_features}] does not fit the mma kernel's shared memory")
+    return want and fits
+
+
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
            T: int, L: int, axis: int, out_features: int, in_features: int,
            cfg: dict | None = None) -> torch.Tensor:
@@ -175,10 +192,8 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
     factor = 1.0 / BYTESUM_DIV
     st = _stream(x)
-    if axis == 1 and cfg and cfg.get("mma"):  # tensor cores (opt-in: not yet measured)
-        w = int(cfg.get("warps", 8))
-        if lib.tq_gemv_mma_smem(M, in_features, w) > SMEM_LIMIT:
-            raise ValueError(f"x [{M}, {in_features}] does not fit the mma kernel's shared memory")
+    if axis == 1 and use_mma(lib, M, in_features, cfg):
+        w = int((cfg or {}).get("warps", MMA_WARPS))
         _check(lib.tq_gemv_rows_mma(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
                                     DTYPES[x.dtype], out.data_ptr(), M, rows, nw, in_features,
                                     T, w, factor, st), "rows (mma)")

@@ -166,7 +166,7 @@ __device__ __forceinline__ void quantize_to_shared(const void* x, int dtype, int
     for (int c0 = 0; c0 < M * (n >> 3); c0 += blockDim.x) {
         const int c = c0 + threadIdx.x;
         const bool in = c < M * (n >> 3);
-        const int m = in ? c / (n >> 3) : 0, i0 = in ? (c - m * (n >> 3)) * 8 : 0;
+        const int m = M == 1 || !in ? 0 : c / (n >> 3), i0 = in ? (c - m * (n >> 3)) * 8 : 0;
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (in) load8(x, dtype, (size_t)m * n + i0, v);
         int q[8];
@@ -283,29 +283,34 @@ __global__ void __launch_bounds__(512) rows_fused(
     int* gbm = reinterpret_cast<int*>(gsm + M * ng);
     float* red = reinterpret_cast<float*>(gbm + M * ng);  // [warps][RB * M]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    quantize_to_shared<Q8, GS>(x, dtype, M, n, sp, gsm, gbm);
-    __syncthreads();
     const int rg = warp / wpr, wr = warp - rg * wpr, rgb = (blockDim.x >> 5) / wpr;
     const int nrb = (rows + RB - 1) / RB;
+    // software pipeline two periods deep: slots A and B hold the words of the
+    // next two periods of this lane, each reloaded as soon as it is consumed; the
+    // first row block's are requested before x is quantized (the prologue hides
+    // their latency)
+    const int S = wpr * 32, p0 = wr * 32 + lane;
+    const uint32_t* wrow[RB];
+    uint32_t wa[RB][K + 1], wb[RB][K + 1];
+    auto start_rows = [&](int r0) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            wrow[r] = words + (size_t)min(r0 + r, rows - 1) * nw;
+            if (p0 < ng) load_words(wrow[r], p0, ppb, wa[r]);
+            if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
+        }
+    };
+    start_rows((blockIdx.x * rgb + rg) * RB);
+    quantize_to_shared<Q8, GS>(x, dtype, M, n, sp, gsm, gbm);
+    __syncthreads();
     for (int rb0 = blockIdx.x * rgb; rb0 < nrb; rb0 += gridDim.x * rgb) {
         const int r0 = (rb0 + rg) * RB;
-        const uint32_t* wrow[RB];
-#pragma unroll
-        for (int r = 0; r < RB; ++r) wrow[r] = words + (size_t)min(r0 + r, rows - 1) * nw;
+        if (rb0 != blockIdx.x * rgb) start_rows(r0);
         float facc[RB][M];
 #pragma unroll
         for (int r = 0; r < RB; ++r)
 #pragma unroll
             for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
-        // software pipeline two periods deep: slots A and B hold the words of the
-        // next two periods of this lane, each reloaded as soon as it is consumed
-        const int S = wpr * 32, p0 = wr * 32 + lane;
-        uint32_t wa[RB][K + 1], wb[RB][K + 1];
-#pragma unroll
-        for (int r = 0; r < RB; ++r) {
-            if (p0 < ng) load_words(wrow[r], p0, ppb, wa[r]);
-            if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
-        }
         for (int p = p0; p < ng; p += 2 * S) {
             uint32_t w[RB][K + 1];
             take<RB>(wa, w, wrow, p + 2 * S, ng, ppb);

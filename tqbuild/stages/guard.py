@@ -20,6 +20,11 @@ def inverse_cholesky_upper(H: torch.Tensor, damp: float) -> torch.Tensor | None:
     """U upper with (H + damp·mean(diag H)·I)⁻¹ = UᵀU; None if not positive definite."""
     n = H.shape[0]
     H = H + damp * torch.mean(torch.diag(H)) * torch.eye(n, dtype=H.dtype, device=H.device)
+    return (_inverse_cholesky_upper_reversed if H.is_cuda else _inverse_cholesky_upper_direct)(H)
+
+
+def _inverse_cholesky_upper_direct(H: torch.Tensor) -> torch.Tensor | None:
+    """chol(H⁻¹) as written: Cholesky, inverse, Cholesky again (CPU builds)."""
     L, info = torch.linalg.cholesky_ex(H)
     if int(info) != 0:
         return None
@@ -27,6 +32,37 @@ def inverse_cholesky_upper(H: torch.Tensor, damp: float) -> torch.Tensor | None:
     if int(info) != 0 or not bool(torch.isfinite(U).all()):
         return None
     return U
+
+
+def _inverse_cholesky_upper_reversed(H: torch.Tensor) -> torch.Tensor | None:
+    """The same U in half the float64 work (CUDA builds): H = R Rᵀ with R upper
+    (the Cholesky factor of H with rows and columns reversed, reversed back), so
+    H⁻¹ = (R⁻¹)ᵀ R⁻¹ and U = R⁻¹ — one Cholesky and one triangular inverse on GEMMs
+    instead of Cholesky, inverse and Cholesky again. Equal up to rounding; CPU
+    builds keep the path their locked artifacts were made with (CUDA builds are
+    reproducible on their own, not byte-equal to CPU ones: README)."""
+    Lr, info = torch.linalg.cholesky_ex(H.flip(0, 1))
+    if int(info) != 0:
+        return None
+    U = lower_triangular_inverse(Lr).flip(0, 1)
+    return U if bool(torch.isfinite(U).all()) else None
+
+
+def lower_triangular_inverse(L: torch.Tensor, leaf: int = 1024) -> torch.Tensor:
+    """L⁻¹ of a lower-triangular L by halves: [[A, 0], [B, C]]⁻¹ =
+    [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]] (two GEMMs a level, triangular solves below `leaf`)."""
+    n = L.shape[0]
+    if n <= leaf:
+        eye = torch.eye(n, dtype=L.dtype, device=L.device)
+        return torch.linalg.solve_triangular(L, eye, upper=False)
+    h = n // 2
+    Ai = lower_triangular_inverse(L[:h, :h], leaf)
+    Ci = lower_triangular_inverse(L[h:, h:], leaf)
+    out = torch.zeros_like(L)
+    out[:h, :h] = Ai
+    out[h:, h:] = Ci
+    out[h:, :h] = -(Ci @ (L[h:, :h] @ Ai))
+    return out
 
 
 def damping_ladder(damp: float, max_damp: float) -> Iterator[float]:
