@@ -3,8 +3,11 @@
 # Steps: sass (build + resource report + SASS of the kernel), tests (CUDA
 # Viterbi tests), quick (bench, k = 3 per-tensor only), bench (the full bench).
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
+export PYTHONPATH=$PWD
+if ls .whl/*.whl > /dev/null 2>&1; then  # carried wheels, where the image lacks a package
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
+fi
 export PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
@@ -18,8 +21,8 @@ for step in "$@"; do
              tests/test_trellis.py -k "cuda or viterbi or ldlq" 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
     quick) timeout "${BENCH_S:-300}" python3 bench/viterbi_cuda.py --quick 2>&1 | tee "$OUT/bench.log" \
              | cut -c1-300; cp bench/results/viterbi_cuda-cuda.json "$OUT/" ;;
-    bench) timeout "${BENCH_S:-400}" python3 bench/viterbi_cuda.py 2>&1 | tee "$OUT/bench.log" \
-             | cut -c1-300; cp bench/results/viterbi_cuda-cuda.json "$OUT/" ;;
+    bench) timeout "${BENCH_S:-400}" python3 bench/viterbi_cuda.py $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" \
+             | cut -c1-300; cp bench/results/viterbi_cuda-cuda*.json "$OUT/" ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac
