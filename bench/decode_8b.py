@@ -1,7 +1,8 @@
 """Greedy decode tokens/s of an 8B-shaped model on the H200: bf16, an affine
 4-bit model, and the Q3 layout (MLP trellis k = 3, attention affine 4-bit).
 
-    python bench/decode_8b.py [--compile]   # -> bench/results/decode_8b-cuda.json
+    python bench/decode_8b.py [--compile] [--only bf16,q3] [--no-eager] [--tag=-x]
+        # -> bench/results/decode_8b-cuda{tag}.json
 
 A random-weight llama with Llama-3-8B's shapes (hidden 4096, MLP 14336, 32
 layers, 32/8 heads, vocab 128256; speed does not depend on the values) decodes
@@ -96,7 +97,14 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--compile", action="store_true")
-    compile_too = ap.parse_args().compile
+    ap.add_argument("--no-eager", action="store_true", help="with --compile: compiled only")
+    ap.add_argument("--only", default="", help="variant names, comma-separated")
+    ap.add_argument("--tag", default="")
+    a = ap.parse_args()
+    global TAG
+    TAG = a.tag
+    modes = ([] if a.no_eager and a.compile else [False]) + ([True] if a.compile else [])
+    only = set(filter(None, a.only.split(",")))
 
     cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
@@ -113,7 +121,9 @@ def main() -> None:
            "tokens": 64, "variants": {}}
 
     def run(name: str) -> None:
-        for compiled in (False, True) if compile_too else (False,):
+        if only and name not in only:
+            return
+        for compiled in modes:
             key = name + ("+compile" if compiled else "")
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -155,16 +165,19 @@ def main() -> None:
         os.environ["TQBUILD_TRELLIS_ACT"] = "auto"
     restore(ATTN)  # the MLP keeps its trellis modules
     run("q3-attn-bf16")
-    b = res["variants"]["bf16"].get("tokens_per_s")
-    for v in res["variants"].values():
-        if b and "tokens_per_s" in v:
-            v["speedup_vs_bf16"] = v["tokens_per_s"] / b
+    for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
+        b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
+        if "tokens_per_s" in b and "tokens_per_s" in v:
+            v["speedup_vs_bf16"] = v["tokens_per_s"] / b["tokens_per_s"]
     save(res)
+
+
+TAG = ""
 
 
 def save(res: dict) -> None:
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "decode_8b-cuda.json").write_text(json.dumps(res, indent=2) + "\n")
+    (HERE / "results" / f"decode_8b-cuda{TAG}.json").write_text(json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -151,8 +151,9 @@ def u_ab(res: dict) -> None:
             got = {}
             for arm, fn in arms.items():
                 guard._inverse_cholesky_upper_reversed = fn  # what CUDA calls
-                u_s = timed(lambda: guard.inverse_cholesky_upper(h, 0.01), reps=2)
-                t_s = timed(lambda: trellis_guarded(w, h, geo, damp=0.01), reps=2)
+                u_s = timed(lambda h=h: guard.inverse_cholesky_upper(h, 0.01), reps=2)
+                t_s = timed(lambda w=w, h=h, geo=geo: trellis_guarded(w, h, geo, damp=0.01),
+                            reps=2)
                 got[arm] = trellis_guarded(w, h, geo, damp=0.01)
                 rows.append({"tensor": name, "n": inp, "arm": arm, "u_seconds": u_s,
                              "tensor_seconds": t_s, "weights_per_s": w.numel() / t_s,
@@ -190,31 +191,31 @@ def profile_down_like(res: dict) -> None:
 
 
 def main() -> None:
+    global CODE
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-bare", action="store_true")
     ap.add_argument("--profile", action="store_true", help="profile a down-like conversion")
     ap.add_argument("--u-ab", action="store_true", help="U both ways, same run")
-    ap.add_argument("--code", default=CODE)
+    ap.add_argument("--code", default="mul1")
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
-    global CODE
     CODE = args.code
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        if not args.skip_bare:
-            bare(res, args.quick)
-        if args.u_ab:
-            u_ab(res)
-        per_tensor(res, args.quick)
-        if args.profile:
-            profile_down_like(res)
-    finally:
+    def save() -> None:  # after every part (a timed-out run keeps what it measured)
         (out / f"viterbi_cuda-cuda{args.tag}.json").write_text(json.dumps(res, indent=2) + "\n")
+
+    for want, part in ((not args.skip_bare, lambda: bare(res, args.quick)),
+                       (args.u_ab, lambda: u_ab(res)),
+                       (True, lambda: per_tensor(res, args.quick)),
+                       (args.profile, lambda: profile_down_like(res))):
+        if want:
+            part()
+            save()
 
 
 if __name__ == "__main__":

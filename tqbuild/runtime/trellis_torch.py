@@ -205,12 +205,19 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
     dims: dict[str, Any] = {"k": k, "T": T, "L": L, "axis": axis, "out_features": out_features,
                             "in_features": in_features}
     coded = in_features if axis == 1 else out_features
-    small = x2.is_cuda and triton is not None and x2.shape[0] <= SMALL_M
+    M = x2.shape[0]
+    small = x2.is_cuda and triton is not None and M <= SMALL_M
     fast = small and trellis_triton.fast_ok(T, k, L)
-    # axis 0 at M = 3, 4: the float kernel measured as fast as the int8 one or
-    # faster on the H200 (bench/results/trellis_gemv-cuda-part2.json)
-    cols_34 = fast and axis == 0 and x2.shape[0] >= 3
-    if not cols_34 and trellis_cuda.available(x2, code, k, L, T, coded, in_features, axis):
+    # axis 0 from M = 3 on: the float kernel, SMALL_M rows a call, measured faster
+    # than the int8 cols kernel on the H200 (5120 × 17408, k = 3: int8 M = 4 127 µs,
+    # M = 8 509 µs; float M = 4 100 µs; bench/results/trellis_gemv-cuda-r2.json)
+    if axis == 0 and M > SMALL_M and M <= trellis_cuda.MAX_M and x2.is_cuda and \
+            triton is not None and trellis_triton.fast_ok(T, k, L):
+        return torch.cat([trellis_matmul_impl(x2[a:a + SMALL_M], words, scales, table, k, T,
+                                              L, axis, code, out_features, in_features)
+                          for a in range(0, M, SMALL_M)])
+    cols_float = fast and axis == 0 and M >= 3
+    if not cols_float and trellis_cuda.available(x2, code, k, L, T, coded, in_features, axis):
         y = trellis_cuda.matvec(x2, words, scales, code=code, **dims)
     elif fast:
         y = trellis_triton.matvec(x2, words, scales, code=code, **dims)
