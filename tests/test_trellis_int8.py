@@ -156,7 +156,7 @@ def test_cuda_int8_kernels_match_the_reference():
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_cuda_linear_takes_the_int8_kernels_up_to_m8(monkeypatch):
+def test_cuda_linear_takes_the_int8_kernels_where_measured_faster(monkeypatch):
     rng = np.random.default_rng(3)
     code, k, L, T = "mul1", 3, 12, 256
     for axis in (0, 1):
@@ -172,9 +172,9 @@ def test_cuda_linear_takes_the_int8_kernels_up_to_m8(monkeypatch):
                                             axis=axis)
             got = lin(x.cuda()).cpu().double().numpy()
             err = np.abs(got - ref).max() / np.abs(ref).max()
-            if m <= 8:  # the int8 kernels
+            if m <= (8 if axis == 1 else 2):  # the int8 kernels
                 assert err < 1e-5, (axis, m, err)
-            else:  # the expanded float32 weight
+            else:  # axis 0 from M = 3: the float kernels; M = 9: the expanded weight
                 assert 1e-5 < err < 3e-2, (axis, m, err)
             xb = x.cuda().bfloat16()
             assert lin(xb).dtype == torch.bfloat16
