@@ -45,7 +45,7 @@ SHAPES = [("8192x8192", 8192, 8192, 1), ("gate 17408x5120", 17408, 5120, 1),
           ("down 5120x17408", 5120, 17408, 0)]
 CODE, L, T = "mul1", 12, 256
 TAG = ""
-ROWS_SWEEP = [None, {"RB": 1}, {"RB": 4}, {"rgb": 8}, {"RB": 4, "rgb": 8}, {"rgb": 32},
+ROWS_SWEEP = [None, {"RB": 1}, {"RB": 4}, {"rgb": 8}, {"RB": 4, "rgb": 8},
               {"warps": 8, "rgb": 2}, {"RB": 4, "warps": 8, "rgb": 2}]
 COLS_SWEEP = [None, {"splits": 33}, {"splits": 66}, {"splits": 132}, {"splits": 264}]
 

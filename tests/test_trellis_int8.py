@@ -129,9 +129,6 @@ def _cuda_cases():
                       {"mma": True, "warps": [8, 3, 1][j % 3]}))
     cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block
     cases.append(("mul1", 12, 256, 1, 1, 64, 512, 1, None))
-    # 1024-thread rows blocks (M·RB ≤ 2), ragged rows
-    cases.append(("mul1", 12, 256, 3, 1, 1000 + 3, 1024, 1, {"rgb": 32}))
-    cases.append(("1mad", 12, 256, 4, 1, 517, 768, 2, {"RB": 1, "rgb": 32}))
     return cases
 
 

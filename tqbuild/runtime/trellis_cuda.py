@@ -143,8 +143,7 @@ def rows_cfg(M: int, cfg: dict | None = None) -> dict:
     per row group, no block-wide reduction), 16 row groups a block, blocks per SM
     at the kernel's occupancy (`bps` 0)."""
     c = {"RB": 2 if M <= 4 else 1, "warps": 1, "rgb": 16, "bps": 0, **(cfg or {})}
-    most = 32 if M * c["RB"] <= 2 else 16  # warps a block (the kernel's launch bounds)
-    c["rgb"] = max(1, min(c["rgb"], most // c["warps"]))
+    c["rgb"] = max(1, min(c["rgb"], 16 // c["warps"]))  # ≤ 512 threads
     return c
 
 

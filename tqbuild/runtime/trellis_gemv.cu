@@ -265,10 +265,9 @@ __device__ __forceinline__ void take(uint32_t (&slot)[RB][K + 1], uint32_t (&w)[
 // persistent grid (each block quantizes x once, then takes row blocks in turn);
 // 4 lanes quantize a group (8 inputs each). Splats are stored 36 ints a group
 // (the 4-int pad spreads one LDS.128 per lane over all banks). A block holds RGB
-// row groups of RB rows, each spread over WPR warps of periods (up to 1024
-// threads where M·RB ≤ 2 keeps the registers in bounds).
+// row groups of RB rows, each spread over WPR warps of periods.
 template <int M, int RB>
-__global__ void __launch_bounds__(M * RB <= 2 ? 1024 : 512) rows_fused(
+__global__ void __launch_bounds__(512) rows_fused(
     const uint32_t* __restrict__ words, const __half* __restrict__ scales, const void* x,
     int dtype, float* __restrict__ out, int rows, int nw, int n, int ppb, int wpr,
     float factor) {
