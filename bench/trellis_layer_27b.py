@@ -50,18 +50,27 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=5120)
     ap.add_argument("--inter", type=int, default=17408)
     ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--code", default="mul1")
     ap.add_argument("--out", default=str(HERE / "results"))
     a = ap.parse_args()
     dev = a.device
     g = torch.Generator(device=dev).manual_seed(0)
     res = {"host": host(), "device": dev, "hidden": a.hidden, "inter": a.inter, "k": a.k,
+           "code": a.code,
            "L": 12, "T": 256, "tensors": {}}
+    # warm-up: kernel libraries built and loaded, cuSOLVER/cuBLAS handles made, on
+    # a small tensor, so no timed call pays a first-use cost (the 2026-12-04 run
+    # before this warm-up: gate plain 9.1 s with the Viterbi build, LDLQ 0.75 s)
+    for axis in (0, 1):
+        wu = torch.randn(512, 512, device=dev, generator=g)
+        trellis_guarded(wu, hessian(512, dev, 2), Geometry(L=12, k=a.k, T=256, code=a.code,
+                                                            axis=axis, group=256 if axis else 128))
     cases = {"gate_proj": ((a.inter, a.hidden), 1, a.hidden),
              "down_proj": ((a.hidden, a.inter), 0, a.inter)}
     for name, (shape, axis, n_in) in cases.items():
         w = 0.02 * torch.randn(*shape, device=dev, generator=g)
         h, t_h = timed(lambda n=n_in: hessian(n, dev, 1), dev)
-        geo = Geometry(L=12, k=a.k, T=256, code="1mad", axis=axis, group=256 if axis else 128)
+        geo = Geometry(L=12, k=a.k, T=256, code=a.code, axis=axis, group=256 if axis else 128)
         plain, t_plain = timed(lambda w=w, geo=geo: trellis_guarded(w, None, geo), dev)
         ldlq, t_ldlq = timed(lambda w=w, h=h, geo=geo: trellis_guarded(w, h, geo), dev)
         n = w.numel()
