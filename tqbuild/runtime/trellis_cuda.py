@@ -161,7 +161,8 @@ def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None 
 
 
 MMA_FROM_M = 6  # rows: tensor cores from this M on (H200, 8192² and 17408 × 5120: M = 8
-# 56–63 µs vs 72–93 on the dp4a kernel, M = 4 42–54 vs 36–50; bench/trellis_gemv.py)
+# 56–63 µs vs 72–93 on the dp4a kernel, M = 4 42–54 vs 36–50; bench/trellis_gemv.py;
+# M = 5–7 not measured, the switch interpolates)
 MMA_WARPS = 8
 
 
