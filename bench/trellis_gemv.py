@@ -152,6 +152,11 @@ def main() -> None:
             print(name, json.dumps(tried[-1]), flush=True)
         res["sweeps"][name] = tried
         best[name] = min(tried, key=lambda c: c["seconds"])["cfg"]
+        if axis == 0 and 4 in ms:  # cols at M = 4: the auto split left SMs at 12 % occupancy
+            x4 = torch.randn(4, in_f, device=dev, dtype=torch.bfloat16, generator=g)
+            res["sweeps"][name + " M4"] = [{"cfg": cfg, "seconds": time_int8(x4, copies, cfg, **kw)}
+                                           for cfg in COLS_SWEEP]
+            print(name, "M4", json.dumps(res["sweeps"][name + " M4"]), flush=True)
         del copies
     res["chosen"] = best
     for name, out_f, in_f, axis in shapes:
