@@ -48,20 +48,22 @@ def _inverse_cholesky_upper_reversed(H: torch.Tensor) -> torch.Tensor | None:
     return U if bool(torch.isfinite(U).all()) else None
 
 
-def lower_triangular_inverse(L: torch.Tensor, leaf: int = 1024) -> torch.Tensor:
+def lower_triangular_inverse(L: torch.Tensor, leaf: int = 1024,
+                             out: torch.Tensor | None = None) -> torch.Tensor:
     """L⁻¹ of a lower-triangular L by halves: [[A, 0], [B, C]]⁻¹ =
-    [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]] (two GEMMs a level, triangular solves below `leaf`)."""
+    [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]] (two GEMMs a level, triangular solves below
+    `leaf`), written into one output buffer."""
     n = L.shape[0]
+    if out is None:
+        out = torch.zeros_like(L)
     if n <= leaf:
         eye = torch.eye(n, dtype=L.dtype, device=L.device)
-        return torch.linalg.solve_triangular(L, eye, upper=False)
+        out.copy_(torch.linalg.solve_triangular(L, eye, upper=False))
+        return out
     h = n // 2
-    Ai = lower_triangular_inverse(L[:h, :h], leaf)
-    Ci = lower_triangular_inverse(L[h:, h:], leaf)
-    out = torch.zeros_like(L)
-    out[:h, :h] = Ai
-    out[h:, h:] = Ci
-    out[h:, :h] = -(Ci @ (L[h:, :h] @ Ai))
+    lower_triangular_inverse(L[:h, :h], leaf, out[:h, :h])
+    lower_triangular_inverse(L[h:, h:], leaf, out[h:, h:])
+    out[h:, :h] = -(out[h:, h:] @ (L[h:, :h] @ out[:h, :h]))
     return out
 
 
