@@ -61,16 +61,18 @@ def main() -> None:
     # warm-up: kernel libraries built and loaded, cuSOLVER/cuBLAS handles made, on
     # a small tensor, so no timed call pays a first-use cost (the 2026-12-04 run
     # before this warm-up: gate plain 9.1 s with the Viterbi build, LDLQ 0.75 s)
+    def geometry(axis: int) -> Geometry:
+        return Geometry(L=12, k=a.k, T=256, code=a.code, axis=axis, group=256 if axis else 128)
+
     for axis in (0, 1):
         wu = torch.randn(512, 512, device=dev, generator=g)
-        trellis_guarded(wu, hessian(512, dev, 2), Geometry(L=12, k=a.k, T=256, code=a.code,
-                                                            axis=axis, group=256 if axis else 128))
+        trellis_guarded(wu, hessian(512, dev, 2), geometry(axis))
     cases = {"gate_proj": ((a.inter, a.hidden), 1, a.hidden),
              "down_proj": ((a.hidden, a.inter), 0, a.inter)}
     for name, (shape, axis, n_in) in cases.items():
         w = 0.02 * torch.randn(*shape, device=dev, generator=g)
         h, t_h = timed(lambda n=n_in: hessian(n, dev, 1), dev)
-        geo = Geometry(L=12, k=a.k, T=256, code=a.code, axis=axis, group=256 if axis else 128)
+        geo = geometry(axis)
         plain, t_plain = timed(lambda w=w, geo=geo: trellis_guarded(w, None, geo), dev)
         ldlq, t_ldlq = timed(lambda w=w, h=h, geo=geo: trellis_guarded(w, h, geo), dev)
         n = w.numel()

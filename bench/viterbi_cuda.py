@@ -39,6 +39,22 @@ from tqbuild.kernels import viterbi  # noqa: E402
 
 OPS_PER_STATE = 4
 CODE = "mul1"
+# per-tensor cases: name, out, in, coded axis, weight seed, Hessian seed
+TENSORS = (("gate-like", 17408, 5120, 1, 10, 20), ("down-like", 5120, 17408, 0, 11, 21))
+
+
+def ldlq_geometry(L: int, k: int, axis: int):
+    """As the build: axis 1 steps one trellis block, axis 0 128 columns."""
+    from tqbuild.stages.trellis import Geometry
+
+    return Geometry(L=L, k=k, T=256, code=CODE, axis=axis, group=256 if axis == 1 else 128)
+
+
+def tensor_case(out: int, inp: int, ws: int, hs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights and a full-rank correlated Hessian of one per-tensor case."""
+    g = torch.Generator(device="cuda").manual_seed(ws)
+    w = 0.02 * torch.randn(out, inp, device="cuda", generator=g)
+    return w, correlated_h(inp, 16384 if inp == 5120 else 34816, hs)
 
 
 def timed(fn, reps: int = 1) -> float:
@@ -105,18 +121,13 @@ def correlated_h(n: int, rows: int, seed: int) -> torch.Tensor:
 
 
 def per_tensor(res: dict, quick: bool) -> None:
-    from tqbuild.stages.trellis import Geometry, trellis_guarded
+    from tqbuild.stages.trellis import trellis_guarded
 
-    shapes = [("gate-like", 17408, 5120, 1, 10, 20), ("down-like", 5120, 17408, 0, 11, 21)]
-    for name, out, inp, axis, ws, hs in shapes:
-        g = torch.Generator(device="cuda").manual_seed(ws)
-        w = 0.02 * torch.randn(out, inp, device="cuda", generator=g)
-        h = correlated_h(inp, 16384 if inp == 5120 else 34816, hs)
+    for name, out, inp, axis, ws, hs in TENSORS:
+        w, h = tensor_case(out, inp, ws, hs)
         for L in (12, 16):
             for k in ((3,) if quick else (2, 3, 4)):
-                # as the build: axis 1 steps one trellis block, axis 0 128 columns
-                geo = Geometry(L=L, k=k, T=256, code=CODE, axis=axis,
-                               group=256 if axis == 1 else 128)
+                geo = ldlq_geometry(L, k, axis)
                 torch.cuda.synchronize()
                 t = time.perf_counter()
                 r = trellis_guarded(w, h, geo, damp=0.01)
@@ -135,19 +146,15 @@ def u_ab(res: dict) -> None:
     """U both ways on the same Hessians: alone (float64, 17408² and 5120²) and
     inside L = 12, k = 3 per-tensor conversions (seconds, proxy, equal states)."""
     from tqbuild.stages import guard
-    from tqbuild.stages.trellis import Geometry, trellis_guarded
+    from tqbuild.stages.trellis import trellis_guarded
 
     reversed_u = guard._inverse_cholesky_upper_reversed
     arms = {"direct": guard._inverse_cholesky_upper_direct, "reversed": reversed_u}
     rows = []
     try:
-        for name, out, inp, axis, ws, hs in (("gate-like", 17408, 5120, 1, 10, 20),
-                                             ("down-like", 5120, 17408, 0, 11, 21)):
-            g = torch.Generator(device="cuda").manual_seed(ws)
-            w = 0.02 * torch.randn(out, inp, device="cuda", generator=g)
-            h = correlated_h(inp, 16384 if inp == 5120 else 34816, hs)
-            geo = Geometry(L=12, k=3, T=256, code=CODE, axis=axis,
-                           group=256 if axis == 1 else 128)
+        for name, out, inp, axis, ws, hs in TENSORS:
+            w, h = tensor_case(out, inp, ws, hs)
+            geo = ldlq_geometry(12, 3, axis)
             got = {}
             for arm, fn in arms.items():
                 guard._inverse_cholesky_upper_reversed = fn  # what CUDA calls
@@ -172,12 +179,11 @@ def profile_down_like(res: dict) -> None:
     top operators by self CUDA time, and the wall time with and without it."""
     from torch.profiler import ProfilerActivity, profile
 
-    from tqbuild.stages.trellis import Geometry, trellis_guarded
+    from tqbuild.stages.trellis import trellis_guarded
 
-    g = torch.Generator(device="cuda").manual_seed(11)
-    w = 0.02 * torch.randn(5120, 17408, device="cuda", generator=g)
-    h = correlated_h(17408, 34816, 21)
-    geo = Geometry(L=12, k=3, T=256, code=CODE, axis=0, group=128)
+    _, out, inp, axis, ws, hs = TENSORS[1]  # down-like
+    w, h = tensor_case(out, inp, ws, hs)
+    geo = ldlq_geometry(12, 3, axis)
     trellis_guarded(w, h, geo, damp=0.01)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         trellis_guarded(w, h, geo, damp=0.01)

@@ -15,8 +15,8 @@
 // k ≥ 2 a thread owns groups of C consecutive classes, whose C·C states share
 // their C predecessor costs; the codes of a thread's first groups (as many as
 // fit in shared memory) are computed once and read back, the rest every step
-// (computed codes cost ~5 instructions, a cached one a quarter LDS.128). Backpointers (c, one byte per class and step) go
-// to global memory.
+// (computed codes cost ~5 instructions, a cached one a quarter LDS.128).
+// Backpointers (c, one byte per class and step) go to global memory.
 
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -85,10 +85,14 @@ __host__ __device__ constexpr bool double_buffered(int L, int K) {
 constexpr int MAX_T = 1024;            // longest block the shared-memory plan reserves for
 constexpr int SMEM_BYTES = 227 * 1024;  // an H100/H200 block's shared-memory limit
 
+// L = 16, k ≥ 2: a thread owns groups of C classes (see the header)
+__host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >= 2; }
+
 // grouped layout: how many of a thread's groups keep their C·C codes in shared
 // memory (read as float4, conflict-free) instead of computing them every step —
 // as many as fit beside the best costs, x and the states of a T ≤ MAX_T block
 __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
+  if (!grouped(L, K)) return 0;
   const int C = 1 << K, J = 1 << (L - K), G = J / C / NT;
   const int base = 4 * (double_buffered(L, K) ? 2 * J : J) + 8 * MAX_T + 8 * (NT / 32);
   const int per = 4 * C * C * NT;
@@ -107,7 +111,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   static_assert(J % NT == 0, "NT must divide J");
   constexpr bool DOUBLE = double_buffered(L, K);
   constexpr int NG = J / C;  // groups of C classes
-  constexpr bool GROUPED = L == 16 && K >= 2;
+  constexpr bool GROUPED = grouped(L, K);
   static_assert(!GROUPED || (DOUBLE && NG % NT == 0), "grouped layout");
   extern __shared__ float smem[];
   float* best = smem;                        // [J] (x2 when DOUBLE)
@@ -116,7 +120,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   float* red_v = reinterpret_cast<float*>(st + T);  // [NT/32]
   int* red_s = reinterpret_cast<int*>(red_v + NT / 32);  // [NT/32]
   // GSM groups' codes: float4 q of group gi of thread tid at [(gi·C·C/4 + q)·NT + tid]
-  constexpr int GSM = GROUPED ? smem_code_groups(L, K, NT) : 0;
+  constexpr int GSM = smem_code_groups(L, K, NT);
   float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + 2 * MAX_T + NT / 16);
 
   const int tid = threadIdx.x;
@@ -277,12 +281,12 @@ static int launch_one(const float* x, const float* table, int B, int T, uint8_t*
                       int64_t* states, cudaStream_t stream) {
   constexpr int J = 1 << (L - K);
   // the kernel's shared memory: best costs, x, states, the reduction's (cost, state)
-  constexpr int GSM = L == 16 && K >= 2 ? smem_code_groups(L, K, NT) : 0;
-  if (GSM > 0 && T > MAX_T) return -2;  // the plan reserves x and states for MAX_T
-  size_t smem = sizeof(float) * ((double_buffered(L, K) ? 2 * J : J) + T) + sizeof(int) * T +
-                8 * (NT / 32);
-  if (GSM > 0) smem = sizeof(float) * (double_buffered(L, K) ? 2 * J : J) + 8 * MAX_T +
-                      8 * (NT / 32) + (size_t)GSM * 4 * (1 << (2 * K)) * NT;
+  // and, with cached codes, x and states reserved for MAX_T, then the codes
+  constexpr int GSM = smem_code_groups(L, K, NT);
+  if (GSM > 0 && T > MAX_T) return -2;
+  const int xst = GSM > 0 ? MAX_T : T;
+  const size_t smem = sizeof(float) * ((double_buffered(L, K) ? 2 * J : J) + xst) +
+                      sizeof(int) * xst + 8 * (NT / 32) + (size_t)GSM * 4 * (1 << (2 * K)) * NT;
   auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem);

@@ -206,13 +206,14 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
                             "in_features": in_features}
     coded = in_features if axis == 1 else out_features
     M = x2.shape[0]
-    small = x2.is_cuda and triton is not None and M <= SMALL_M
-    fast = small and trellis_triton.fast_ok(T, k, L)
+    on_triton = x2.is_cuda and triton is not None
+    small = on_triton and M <= SMALL_M
+    fast_geometry = on_triton and trellis_triton.fast_ok(T, k, L)
+    fast = small and fast_geometry
     # axis 0 from M = 3 on: the float kernel, SMALL_M rows a call, measured faster
     # than the int8 cols kernel on the H200 (5120 × 17408, k = 3: int8 M = 4 127 µs,
     # M = 8 509 µs; float M = 4 100 µs; bench/results/trellis_gemv-cuda-r2.json)
-    if axis == 0 and M > SMALL_M and M <= trellis_cuda.MAX_M and x2.is_cuda and \
-            triton is not None and trellis_triton.fast_ok(T, k, L):
+    if axis == 0 and SMALL_M < M <= trellis_cuda.MAX_M and fast_geometry:
         return torch.cat([trellis_matmul_impl(x2[a:a + SMALL_M], words, scales, table, k, T,
                                               L, axis, code, out_features, in_features)
                           for a in range(0, M, SMALL_M)])
