@@ -131,9 +131,13 @@ def main() -> None:
                                         ("cols M4", "cols_kernelILi4E", 4, 8 * 8),
                                         ("cols M8", "cols_kernelILi8E", 8, 8 * 4),
                                         ("rows mma M4", "rows_mmaILi4E", 0, 32),
-                                        ("rows mma M8", "rows_mmaILi8E", 0, 32)):
-            # the mma loop: 8 IMMA a trip, 32 weights a thread (2 tiles × 2 rows × 8)
-            s = sass_loop(lib, tmpl, m * per_trip) if m else sass_loop(lib, tmpl, 8, "IMMA")
+                                        ("rows mma M8", "rows_mmaILi8E", 0, 32),
+                                        ("rows tc M1", "rows_tcILi1E", -64, 256),
+                                        ("rows tc M4", "rows_tcILi4E", -128, 256)):
+            # the mma loop: 8 IMMA a trip, 32 weights a thread (2 tiles × 2 rows × 8);
+            # tc: two rounds a trip, 4 rows × 32 weights each, ⌈M/2⌉ IMMA per 4 weights
+            s = (sass_loop(lib, tmpl, m * per_trip) if m > 0 else
+                 sass_loop(lib, tmpl, -m, "IMMA") if m < 0 else sass_loop(lib, tmpl, 8, "IMMA"))
             if s:
                 res["sass"][f"k{k} {name}"] = {"loop_instructions": s[0],
                                                "per_weight": s[0] / per_trip, "ops": s[1]}
@@ -181,11 +185,15 @@ def main() -> None:
                         "packed_GB_per_s": nbytes / t / 1e9, "fraction_of_copy_bw": nbytes / t / bw,
                         "weights_per_s": out_f * in_f / t, "bf16_cublas_seconds": t_bf[m],
                         "speedup_vs_bf16": t_bf[m] / t, "cfg": cfg, "copies": len(copies)}
-                if axis == 1 and m > 1:  # both rows kernels (the default picks by M), same call
-                    case["kernel"] = "mma" if m >= tc.MMA_FROM_M else "dp4a"
-                    case["mma_seconds"] = time_int8(xm, copies, {"mma": True}, **kw)
-                    case["mma_speedup_vs_bf16"] = t_bf[m] / case["mma_seconds"]
-                    case["dp4a_seconds"] = time_int8(xm, copies, {"mma": False}, **kw)
+                if axis == 1:  # every rows kernel (the default picks by M), same call
+                    lib = tc.library(k, L, CODE)
+                    case["kernel"] = tc.rows_kernel(lib, m, in_f, T, cfg)
+                    for kind, c in (("tc", {"tc": True}), ("mma", {"mma": True}),
+                                    ("dp4a", cfg or {"mma": False})):
+                        if kind == "mma" and m == 1:
+                            continue
+                        case[f"{kind}_seconds"] = time_int8(xm, copies, c, **kw)
+                        case[f"{kind}_speedup_vs_bf16"] = t_bf[m] / case[f"{kind}_seconds"]
                 if m <= tk.MAX_M:  # the float-activation Triton kernels, same call
                     case["triton_float_seconds"] = time_triton(xm, copies, **kw)
                     case["speedup_vs_triton_float"] = case["triton_float_seconds"] / t

@@ -127,6 +127,13 @@ def _cuda_cases():
              ("mul1", 1, (12, 512), 5), ("1mad", 3, (12, 64), 2), ("mul1", 4, (16, 256), 7)]):
         cases.append((code, L, T, k, 1, 37 + 16 * j, 1024 if T == 512 else 768, M,
                       {"mma": True, "warps": [8, 3, 1][j % 3]}))
+    # rows_tc (tensor cores, rounds of 4 periods; T = 128 wraps at every round's end)
+    for j, (code, k, (L, T), M) in enumerate(
+            [("mul1", 3, (12, 128), 1), ("1mad", 2, (16, 256), 2), ("mul1", 4, (16, 512), 3),
+             ("mul1", 1, (12, 256), 4), ("1mad", 3, (12, 128), 5), ("mul1", 2, (12, 256), 8),
+             ("1mad", 4, (12, 128), 1), ("mul1", 3, (16, 256), 6)]):
+        cases.append((code, L, T, k, 1, 29 + 24 * j, {128: 640, 256: 768, 512: 1024}[T], M,
+                      {"tc": True, "warps": [8, 3, 1, 5][j % 4]}))
     cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block
     cases.append(("mul1", 12, 256, 1, 1, 64, 512, 1, None))
     return cases
@@ -279,20 +286,32 @@ def test_streamed_eval_refuses_the_int8_mode(tmp_path, monkeypatch):
                            lambda *a: None)
 
 
-def test_rows_kernel_choice_by_m_and_cfg():
-    class Lib:  # the mma kernel's shared-memory need, in bytes
+def test_rows_kernel_choice_by_m_and_cfg(monkeypatch):
+    class Lib:  # the kernels' shared-memory needs, in bytes
         def __init__(self, need):
             self.need = need
 
         def tq_gemv_mma_smem(self, M, n, warps):
             return self.need
 
+        def tq_gemv_fused_smem(self, M, n, rb, warps):
+            return self.need
+
     small, big = Lib(1024), Lib(trellis_cuda.SMEM_LIMIT + 1)
-    m = trellis_cuda.MMA_FROM_M
-    assert not trellis_cuda.use_mma(small, m - 1, 4096, None)
-    assert trellis_cuda.use_mma(small, m, 4096, None)
-    assert not trellis_cuda.use_mma(small, 8, 4096, {"RB": 1})  # a rows cfg: dp4a kernel
-    assert trellis_cuda.use_mma(small, 1, 4096, {"mma": True})
-    assert not trellis_cuda.use_mma(big, 8, 4096, None)  # does not fit: dp4a kernel
+    pick = trellis_cuda.rows_kernel
+    m, t = trellis_cuda.MMA_FROM_M, trellis_cuda.TC_MAX_M
+    assert pick(small, 1, 4096, 256, None) == "tc"
+    assert pick(small, t, 4096, 256, None) == "tc"
+    assert pick(small, t, 4096, 64, None) == "dp4a"  # T = 64: no rounds of 4 periods
+    assert pick(small, t, 4064, 256, None) == "dp4a"  # 127 groups of inputs
+    assert pick(small, m - 1, 4096, 256, None) == ("tc" if m - 1 <= t else "dp4a")
+    assert pick(small, m, 4096, 256, None) == "mma"
+    assert pick(small, 8, 4096, 256, {"RB": 1}) == "dp4a"  # a rows cfg: dp4a kernel
+    assert pick(small, 1, 4096, 256, {"mma": True}) == "mma"
+    assert pick(small, 8, 4096, 256, {"tc": True}) == "tc"
+    assert pick(big, 8, 4096, 256, None) == "tc"  # x fits neither smem kernel
+    assert pick(big, 8, 4064, 256, None) == "dp4a"  # (available() refuses this case)
     with pytest.raises(ValueError, match="does not fit"):
-        trellis_cuda.use_mma(big, 8, 4096, {"mma": True})
+        pick(big, 8, 4096, 256, {"mma": True})
+    with pytest.raises(ValueError, match="multiples of 128"):
+        pick(small, 2, 4096, 64, {"tc": True})

@@ -54,6 +54,7 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
         "tq_gemv_rows_fused": (I, [P, P, P, I, P] + [I] * 9 + [F, P]),
         "tq_gemv_cols": (I, [P, P, I, P, P, P] + [I] * 6 + [F, P]),
         "tq_gemv_rows_mma": (I, [P, P, P, I, P] + [I] * 6 + [F, P]),
+        "tq_gemv_rows_tc": (I, [P, P, P, I, P, P] + [I] * 6 + [F, P]),
         "tq_gemv_fused_smem": (Z, [I] * 4),
         "tq_gemv_mma_smem": (Z, [I] * 3),
         "tq_gemv_cols_smem": (Z, [I] * 2),
@@ -82,7 +83,8 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, coded: int,
             not geometry_ok(k, L, T, coded, in_features):
         return False
     lib = library(k, L, code)
-    return lib is not None and (axis == 0 or _rows_fit(lib, M, in_features))
+    return lib is not None and (axis == 0 or tc_ok(M, in_features, T)
+                                or _rows_fit(lib, M, in_features))
 
 
 @functools.cache
@@ -164,18 +166,41 @@ MMA_FROM_M = 6  # rows: tensor cores from this M on (H200, 8192² and 17408 × 5
 # 56–63 µs vs 72–93 on the dp4a kernel, M = 4 42–54 vs 36–50; bench/trellis_gemv.py;
 # M = 5–7 not measured, the switch interpolates)
 MMA_WARPS = 8
+TC_MAX_M = 4  # rows_tc (tensor cores, x quantized once into global memory) up to this M
+TC_WARPS = 8
 
 
-def use_mma(lib: ctypes.CDLL, M: int, in_features: int, cfg: dict | None) -> bool:
-    """The tensor-core rows kernel: cfg["mma"] if given (any other cfg picks the dp4a
-    rows kernel), else from MMA_FROM_M on, where x fits its shared memory (an explicit
-    request that does not fit is an error)."""
-    want = bool(cfg.get("mma")) if cfg else M >= MMA_FROM_M
-    fits = lib.tq_gemv_mma_smem(M, in_features, int((cfg or {}).get("warps", MMA_WARPS))) \
-        <= SMEM_LIMIT
-    if want and not fits and cfg and cfg.get("mma"):
-        raise ValueError(f"x [{M}, {in_features}] does not fit the mma kernel's shared memory")
-    return want and fits
+def tc_ok(M: int, in_features: int, T: int) -> bool:
+    """rows_tc's geometry: rounds of 4 periods along the inputs and in a block."""
+    return M <= MAX_M and (in_features // 32) % 4 == 0 and (T // 32) % 4 == 0
+
+
+def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | None) -> str:
+    """Which rows kernel serves: "tc", "mma" or "dp4a". An explicit cfg["tc"] or
+    cfg["mma"] wins (an error where its geometry or shared memory does not allow it);
+    any other cfg picks the dp4a kernel; without one, rows_tc up to TC_MAX_M where
+    its geometry allows, the old tensor-core kernel from MMA_FROM_M where x fits, else
+    the dp4a kernel (rows_tc where x does not fit the dp4a kernel's shared memory)."""
+    c = cfg or {}
+    if c.get("tc"):
+        if not tc_ok(M, in_features, T):
+            raise ValueError(f"rows_tc needs in_features and T multiples of 128 "
+                             f"(got {in_features}, {T})")
+        return "tc"
+    if cfg and not c.get("mma"):
+        return "dp4a"
+    fits = lib.tq_gemv_mma_smem(M, in_features, int(c.get("warps", MMA_WARPS))) <= SMEM_LIMIT
+    if c.get("mma"):
+        if not fits:
+            raise ValueError(f"x [{M}, {in_features}] does not fit the mma kernel's shared "
+                             "memory")
+        return "mma"
+    tc = tc_ok(M, in_features, T)
+    if tc and M <= TC_MAX_M:
+        return "tc"
+    if M >= MMA_FROM_M and fits:
+        return "mma"
+    return "dp4a" if not tc or _rows_fit(lib, M, in_features) else "tc"
 
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
@@ -193,13 +218,21 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
     factor = 1.0 / BYTESUM_DIV
     st = _stream(x)
-    if axis == 1 and use_mma(lib, M, in_features, cfg):
+    kind = rows_kernel(lib, M, in_features, T, cfg) if axis == 1 else "cols"
+    if kind == "tc":
+        ws = torch.empty(10 * M * (in_features // 32), device=x.device, dtype=torch.int32)
+        _check(lib.tq_gemv_rows_tc(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
+                                   DTYPES[x.dtype], out.data_ptr(), ws.data_ptr(), M, rows, nw,
+                                   in_features, T, int((cfg or {}).get("warps", TC_WARPS)),
+                                   factor, st), "rows (tc)")
+        return out
+    if kind == "mma":
         w = int((cfg or {}).get("warps", MMA_WARPS))
         _check(lib.tq_gemv_rows_mma(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
                                     DTYPES[x.dtype], out.data_ptr(), M, rows, nw, in_features,
                                     T, w, factor, st), "rows (mma)")
         return out
-    if axis == 1:
+    if kind == "dp4a":
         c = rows_cfg(M, cfg)
         _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
                                       DTYPES[x.dtype], out.data_ptr(), M, rows, nw,

@@ -42,6 +42,9 @@ constexpr int U = 8;  // cols: input rows per unit
 #ifndef TQ_COLS_MINB
 #define TQ_COLS_MINB 2  // cols blocks an SM must hold (caps registers at 128)
 #endif
+#ifndef TQ_TC_MINB
+#define TQ_TC_MINB 1  // rows_tc blocks an SM must hold at M > 2 (2 caps registers at 128)
+#endif
 #ifndef TQ_COLS_DEPTH
 #define TQ_COLS_DEPTH 4  // cols: rows of words in flight ahead of the decode
 #endif
@@ -494,6 +497,205 @@ __global__ void __launch_bounds__(256) rows_mma(
     }
 }
 
+
+// ---- rows on the tensor cores, v2 (`rows_tc`) ----
+// x is quantized first by `quantize_x` into global memory (int8 q, a scale and
+// −510·Σq a group of 32), so no block repeats that work. A warp takes TL tiles of
+// 16 rows over a range of rounds of 4 periods; thread (g = lane / 4, t = lane % 4)
+// decodes period t of the round, all 32 weights, for rows g and g + 8 of each
+// tile, from the K words + 1 of the period as stored. One MMA m16n8k32 takes 16
+// rows × 8 weight slots × 8 columns: slots t and t + 4 (weights 2c and 2c + 1 of
+// period t) and columns (token, period j) — 2 tokens × 4 periods; B is zero where
+// the column's period is not the slot's, so a D element sums exactly one period,
+// one activation group, and keeps its own int32 sum. NB = ⌈M/2⌉ MMAs share each
+// A fragment (the decode), one per pair of tokens.
+__host__ __device__ constexpr int tc_tl(int M) { return M <= 4 ? 2 : 1; }
+constexpr int TC_NW = K + 1;  // a period's words and the next one (L ≤ K + 32)
+
+// x [M, n] -> per input row m and group g: 8 words of int8 q at
+// qw + (m·ng + g)·8 (byte j of word i: input 4i + j), scale gs and −510·Σq gb at
+// m·ng + g. One thread quantizes 8 inputs (4 lanes a group, as quant8 wants).
+__global__ void quantize_x(const void* x, int dtype, int M, int n, uint32_t* __restrict__ qw,
+                           float* __restrict__ gs, int* __restrict__ gb) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool in = c < M * (n >> 3);  // a group's 4 lanes are all in or all out
+    const int m = in ? c / (n >> 3) : 0, i0 = in ? (c - m * (n >> 3)) * 8 : 0;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (in) load8(x, dtype, (size_t)m * n + i0, v);
+    int q[8];
+    float gscale;
+    int gbias;
+    quant8(v, q, gscale, gbias);  // every lane: shuffles
+    if (!in) return;
+    const int ng = n >> 5, g = i0 >> 5;
+    uint2 b;
+    b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (uint32_t)(q[3] & 0xFF) << 24;
+    b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (uint32_t)(q[7] & 0xFF) << 24;
+    *reinterpret_cast<uint2*>(qw + ((size_t)m * ng + g) * 8 + ((i0 & 31) >> 2)) = b;
+    if ((i0 & 31) == 0) {
+        gs[m * ng + g] = gscale;
+        gb[m * ng + g] = gbias;
+    }
+}
+
+// a round's loads of a thread: its rows' words; per MMA u, its B chunk (8 words of
+// int8 q; loaded with the words where registers allow, QPRE) and the bias and scale
+// of its two D columns
+template <int TL, int NB, bool QPRE>
+struct TcRound {
+    uint32_t w[2 * TL][TC_NW];
+    uint32_t q[QPRE ? NB : 1][8];
+    int b0[NB], b1[NB];
+    float s0[NB], s1[NB];
+};
+
+__device__ __forceinline__ void load_q8(const uint32_t* s, bool on, uint32_t (&q)[8]) {
+    if (on) {
+        const uint4 u = __ldg(reinterpret_cast<const uint4*>(s));
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(s) + 1);
+        q[0] = u.x; q[1] = u.y; q[2] = u.z; q[3] = u.w;
+        q[4] = v.x; q[5] = v.y; q[6] = v.z; q[7] = v.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[i] = 0u;
+    }
+}
+
+template <int M>
+__global__ void __launch_bounds__(256, M <= 2 ? 2 : TQ_TC_MINB) rows_tc(
+    const uint32_t* __restrict__ words, const __half* __restrict__ scales,
+    const uint32_t* __restrict__ qw, const float* __restrict__ gs, const int* __restrict__ gb,
+    float* __restrict__ out, int rows, int nw, int n, int ppb, float factor) {
+    constexpr int TL = tc_tl(M), NB = (M + 1) / 2, RT = 16 * TL;
+    constexpr bool QPRE = NB <= 2;
+    using Round = TcRound<TL, NB, QPRE>;
+    extern __shared__ float red[];  // [warps][NB][TL][32 lanes][4]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int gq = lane >> 2, t = lane & 3;
+    const int ng = n >> 5, nr = ng / 4;
+    // B of MMA u: column gq = (token 2u + gq / 4, period gq % 4); this thread's
+    // slots carry period t. D columns 2t, 2t + 1: token 2u + t / 2, periods jd, jd + 1
+    const int jd = 2 * (t & 1);
+    const bool bcol = (gq & 3) == t;
+    const int per = (nr + nwarps - 1) / nwarps, ra = warp * per, rz = min(nr, ra + per);
+    for (int tile = blockIdx.x; tile * RT < rows; tile += gridDim.x) {
+        const uint32_t* rp[2 * TL];  // rows g, g + 8 of each tile
+#pragma unroll
+        for (int r = 0; r < 2 * TL; ++r)
+            rp[r] = words + (size_t)min(tile * RT + 8 * r + gq, rows - 1) * nw + K * t;
+        // period p0 + j of a round meets group gl − j (blocks of ppb periods run
+        // backwards along the inputs)
+        auto group = [&](int rd) {
+            const int p0 = rd * 4, pb0 = p0 & (ppb - 1);
+            return p0 - pb0 + ppb - 1 - pb0;
+        };
+        auto load_b = [&](int gl, int u, uint32_t (&q)[8]) {
+            const int m = 2 * u + (gq >> 2);
+            load_q8(qw + ((size_t)min(m, M - 1) * ng + gl - t) * 8, bcol && m < M, q);
+        };
+        auto load = [&](int rd, Round& b) {
+            // the next period's first word: the block's first at a block end
+            const int base = rd * 4 * K;
+            const int nxt = t < 3 ? K : ((rd * 4 + 4) & (ppb - 1)) == 0 ? K - K * ppb : K;
+#pragma unroll
+            for (int r = 0; r < 2 * TL; ++r) {
+#pragma unroll
+                for (int i = 0; i < K; ++i) b.w[r][i] = __ldg(rp[r] + base + i);
+                b.w[r][K] = __ldg(rp[r] + base + nxt);
+            }
+            const int gl = group(rd);
+#pragma unroll
+            for (int u = 0; u < NB; ++u) {
+                const int c = min(2 * u + (t >> 1), M - 1) * ng + gl;
+                b.b0[u] = __ldg(gb + c - jd);
+                b.b1[u] = __ldg(gb + c - jd - 1);
+                b.s0[u] = __ldg(gs + c - jd);
+                b.s1[u] = __ldg(gs + c - jd - 1);
+                if constexpr (QPRE) load_b(gl, u, b.q[u]);
+            }
+        };
+        float f[NB][TL][4] = {};
+        auto run = [&](int rd, const Round& b) {
+            int d[NB][TL][4];
+#pragma unroll
+            for (int u = 0; u < NB; ++u)
+#pragma unroll
+                for (int tl = 0; tl < TL; ++tl) {
+                    d[u][tl][0] = d[u][tl][2] = b.b0[u];
+                    d[u][tl][1] = d[u][tl][3] = b.b1[u];
+                }
+            uint32_t qn[QPRE ? 1 : NB][8];
+            if constexpr (!QPRE) {
+#pragma unroll
+                for (int u = 0; u < NB; ++u) load_b(group(rd), u, qn[u]);
+            }
+#pragma unroll
+            for (int c = 0; c < 16; ++c) {  // slot t: weight 2c, slot t + 4: 2c + 1
+                uint32_t a[TL][4];
+#pragma unroll
+                for (int tl = 0; tl < TL; ++tl) {
+                    a[tl][0] = code_hash(state(b.w[2 * tl], 2 * c));
+                    a[tl][1] = code_hash(state(b.w[2 * tl + 1], 2 * c));
+                    a[tl][2] = code_hash(state(b.w[2 * tl], 2 * c + 1));
+                    a[tl][3] = code_hash(state(b.w[2 * tl + 1], 2 * c + 1));
+                }
+                // weight i of a period meets input 31 − i of its group
+                const int r0 = 31 - 2 * c, r1 = 30 - 2 * c;
+#pragma unroll
+                for (int u = 0; u < NB; ++u) {
+                    const uint32_t* q;
+                    if constexpr (QPRE) q = b.q[u]; else q = qn[u];
+                    const int b0 = (int)__byte_perm(q[r0 >> 2], 0u, (r0 & 3) * 0x1111u);
+                    const int b1 = (int)__byte_perm(q[r1 >> 2], 0u, (r1 & 3) * 0x1111u);
+#pragma unroll
+                    for (int tl = 0; tl < TL; ++tl) mma_u8s8(d[u][tl], a[tl], b0, b1);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < NB; ++u)
+#pragma unroll
+                for (int tl = 0; tl < TL; ++tl) {
+                    f[u][tl][0] = fmaf(b.s0[u], (float)d[u][tl][0], f[u][tl][0]);
+                    f[u][tl][1] = fmaf(b.s1[u], (float)d[u][tl][1], f[u][tl][1]);
+                    f[u][tl][2] = fmaf(b.s0[u], (float)d[u][tl][2], f[u][tl][2]);
+                    f[u][tl][3] = fmaf(b.s1[u], (float)d[u][tl][3], f[u][tl][3]);
+                }
+        };
+        Round ba, bn;
+        if (ra < rz) load(ra, ba);
+        for (int rd = ra; rd < rz; rd += 2) {  // the next round loads while one decodes
+            if (rd + 1 < rz) load(rd + 1, bn);
+            run(rd, ba);
+            if (rd + 1 >= rz) break;
+            if (rd + 2 < rz) load(rd + 2, ba);
+            run(rd + 1, bn);
+        }
+#pragma unroll
+        for (int u = 0; u < NB; ++u)
+#pragma unroll
+            for (int tl = 0; tl < TL; ++tl)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    red[(((warp * NB + u) * TL + tl) * 32 + lane) * 4 + i] = f[u][tl][i];
+        __syncthreads();
+        // output (row, token m): the warps' and the 4 periods' sums, in a fixed order
+        for (int e = threadIdx.x; e < RT * M; e += blockDim.x) {
+            const int r = e / M, m = e - r * M, tl = r >> 4, rt = r & 15, u = m >> 1;
+            float s = 0.f;
+            for (int w = 0; w < nwarps; ++w)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int col = (m & 1) * 4 + j;
+                    s += red[((((w * NB + u) * TL + tl) * 32 + (rt & 7) * 4 + (col >> 1)) * 4) +
+                             (rt >> 3) * 2 + (col & 1)];
+                }
+            const int row = tile * RT + r;
+            if (row < rows) out[(size_t)m * rows + row] = s * __half2float(scales[row]) * factor;
+        }
+        __syncthreads();
+    }
+}
+
 // one warp's share of a cols block: sub-period SUB of its lane's period, the
 // units rg, rg + RG, … of the split's rows (splats and group terms in shared
 // memory, indexed from the split's first row); per-thread sums -> `red`
@@ -731,6 +933,30 @@ int launch_rows_mma(const uint32_t* words, const __half* scales, const void* x, 
     return (int)cudaGetLastError();
 }
 
+size_t tc_smem(int M, int warps) {
+    return (size_t)warps * ((M + 1) / 2) * tc_tl(M) * 32 * 4 * sizeof(float);
+}
+
+template <int M>
+int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, int dtype,
+                   float* out, uint32_t* ws, int rows, int nw, int n, int ppb, int warps,
+                   float factor, cudaStream_t st) {
+    const int ng = n >> 5, chunks = M * (n >> 3);
+    float* gs = reinterpret_cast<float*>(ws + (size_t)M * ng * 8);
+    int* gb = reinterpret_cast<int*>(gs + (size_t)M * ng);
+    quantize_x<<<(chunks + 255) / 256, 256, 0, st>>>(x, dtype, M, n, ws, gs, gb);
+    const size_t smem = tc_smem(M, warps);
+    static size_t allowed = 48 * 1024;
+    allow_smem(rows_tc<M>, smem, allowed);
+    int bps = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_tc<M>, warps * 32, smem);
+    const int rt = 16 * tc_tl(M);
+    const int grid = max(1, min((rows + rt - 1) / rt, sm_count() * max(1, bps)));
+    rows_tc<M><<<grid, warps * 32, smem, st>>>(words, scales, ws, gs, gb, out, rows, nw, n, ppb,
+                                               factor);
+    return (int)cudaGetLastError();
+}
+
 // cols rows a block: one full wave of blocks at the kernel's occupancy, no more
 // rows than their splats fit in `limit` bytes of shared memory; a multiple of 32
 template <int M>
@@ -800,6 +1026,24 @@ int tq_gemv_rows_mma(const void* words, const void* scales, const void* x, int d
 }
 
 size_t tq_gemv_mma_smem(int M, int n, int warps) { return mma_smem(M, n, warps); }
+
+// rows on the tensor cores, x quantized first into `ws` (10·M·n/32 words); whole
+// rounds of 4 periods (n/32 and T/32 multiples of 4)
+int tq_gemv_rows_tc(const void* words, const void* scales, const void* x, int dtype,
+                    float* out, void* ws, int M, int rows, int nw, int n, int T, int warps,
+                    float factor, void* stream) {
+    const uint32_t* w = (const uint32_t*)words;
+    const __half* s = (const __half*)scales;
+    uint32_t* q = (uint32_t*)ws;
+    const int ppb = T / 32;
+    cudaStream_t st = (cudaStream_t)stream;
+    if ((n >> 5) % 4 || ppb % 4 || warps < 1 || warps > 8) return -2;
+#define TQ_M(X) case X: return launch_rows_tc<X>(w, s, x, dtype, out, q, rows, nw, n, ppb, \
+        warps, factor, st);
+    switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
+#undef TQ_M
+    return -2;
+}
 
 // cols: x [M, nrows] (dtype as tq_gemv_rows_fused), rs the stored rows' fp16 scales;
 // `per` input rows a block (a multiple of 32), part [splits, M, n_out] when
