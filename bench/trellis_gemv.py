@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--ks", default="2,3,4")
     ap.add_argument("--tag", default="")
     ap.add_argument("--variants", default="", help="';'-separated nvcc define sets")
+    ap.add_argument("--no-sweep", action="store_true", help="default block shapes at M = 1")
     a = ap.parse_args()
     shapes = [s for s in SHAPES if not a.shapes or s[0].split()[0] in a.shapes.split(",")]
     ms = [int(m) for m in a.ms.split(",")]
@@ -145,7 +146,7 @@ def main() -> None:
                       f"{s[0] / per_trip:.2f}; {s[1]}", flush=True)
     g = torch.Generator(device=dev).manual_seed(0)
     best = {}
-    for name, out_f, in_f, axis in shapes:  # block shapes at k = 3, M = 1
+    for name, out_f, in_f, axis in shapes if not a.no_sweep else []:  # k = 3, M = 1 shapes
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
         x = torch.randn(1, in_f, device=dev, dtype=torch.bfloat16, generator=g)
         copies, _ = packed_case(x, 3, rows, cols, l2, g)
@@ -179,7 +180,7 @@ def main() -> None:
             kw = dict(code=CODE, k=k, T=T, L=L, axis=axis, out_features=out_f, in_features=in_f)
             for m in ms:
                 xm = torch.randn(m, in_f, device=dev, dtype=torch.bfloat16, generator=g)
-                cfg = best[name] if m == 1 else None
+                cfg = best.get(name) if m == 1 else None
                 t = time_int8(xm, copies, cfg, **kw)
                 case = {"shape": name, "axis": axis, "k": k, "M": m, "seconds": t,
                         "packed_GB_per_s": nbytes / t / 1e9, "fraction_of_copy_bw": nbytes / t / bw,
