@@ -116,7 +116,7 @@ def main() -> None:
     TAG = a.tag
     dev = "cuda"
     if a.variants:
-        variant_sweep(a.variants.split(";"), shapes)
+        variant_sweep(a.variants.split(";"), shapes, ms)
     tc.prebuild([(k, L, CODE) for k in ks])
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()
@@ -204,23 +204,24 @@ def main() -> None:
             del copies
 
 
-def variant_sweep(variants: list[str], shapes: list) -> None:
-    """k = 3, M = 1 on every shape for each set of compile-time defines (and the
+def variant_sweep(variants: list[str], shapes: list, ms: list[int]) -> None:
+    """k = 3, M in ms on every shape for each set of compile-time defines (and the
     default build), one library each; -> trellis_gemv-cuda{TAG}-variants.json."""
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     g = torch.Generator(device="cuda").manual_seed(0)
-    out = {"host": host(), "code": CODE, "L": L, "T": T, "k": 3, "M": 1, "runs": []}
+    out = {"host": host(), "code": CODE, "L": L, "T": T, "k": 3, "runs": []}
     for flags in ["", *variants]:
         os.environ["TQBUILD_GEMV_FLAGS"] = flags
         tc._libs.clear()
         for name, out_f, in_f, axis in shapes:
             rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
             copies, _ = packed_case(None, 3, rows, cols, l2, g)
-            x = torch.randn(1, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
-            t = time_int8(x, copies, None, code=CODE, k=3, T=T, L=L, axis=axis,
-                          out_features=out_f, in_features=in_f)
-            out["runs"].append({"flags": flags, "shape": name, "seconds": t})
-            print(json.dumps(out["runs"][-1]), flush=True)
+            for m in ms:
+                x = torch.randn(m, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
+                t = time_int8(x, copies, None, code=CODE, k=3, T=T, L=L, axis=axis,
+                              out_features=out_f, in_features=in_f)
+                out["runs"].append({"flags": flags, "shape": name, "M": m, "seconds": t})
+                print(json.dumps(out["runs"][-1]), flush=True)
             del copies
     os.environ["TQBUILD_GEMV_FLAGS"] = ""
     tc._libs.clear()

@@ -45,6 +45,9 @@ constexpr int U = 8;  // cols: input rows per unit
 #ifndef TQ_TC_MINB
 #define TQ_TC_MINB 1  // rows_tc blocks an SM must hold at M > 2 (2 caps registers at 128)
 #endif
+#ifndef TQ_TC_SPLIT
+#define TQ_TC_SPLIT 0  // rows_tc: 1 = each warp a contiguous range of rounds (a tuning sweep)
+#endif
 #ifndef TQ_COLS_DEPTH
 #define TQ_COLS_DEPTH 4  // cols: rows of words in flight ahead of the decode
 #endif
@@ -577,7 +580,11 @@ __global__ void __launch_bounds__(256, M <= 2 ? 2 : TQ_TC_MINB) rows_tc(
     // slots carry period t. D columns 2t, 2t + 1: token 2u + t / 2, periods jd, jd + 1
     const int jd = 2 * (t & 1);
     const bool bcol = (gq & 3) == t;
-    const int per = (nr + nwarps - 1) / nwarps, ra = warp * per, rz = min(nr, ra + per);
+#if TQ_TC_SPLIT  // a warp's rounds: a contiguous range
+    const int per = (nr + nwarps - 1) / nwarps, ra = warp * per, rz = min(nr, ra + per), rs = 1;
+#else  // every nwarps-th: the block's warps read adjacent rounds of a row together
+    const int ra = warp, rz = nr, rs = nwarps;
+#endif
     for (int tile = blockIdx.x; tile * RT < rows; tile += gridDim.x) {
         const uint32_t* rp[2 * TL];  // rows g, g + 8 of each tile
 #pragma unroll
@@ -663,12 +670,12 @@ __global__ void __launch_bounds__(256, M <= 2 ? 2 : TQ_TC_MINB) rows_tc(
         };
         Round ba, bn;
         if (ra < rz) load(ra, ba);
-        for (int rd = ra; rd < rz; rd += 2) {  // the next round loads while one decodes
-            if (rd + 1 < rz) load(rd + 1, bn);
+        for (int rd = ra; rd < rz; rd += 2 * rs) {  // the next round loads while one decodes
+            if (rd + rs < rz) load(rd + rs, bn);
             run(rd, ba);
-            if (rd + 1 >= rz) break;
-            if (rd + 2 < rz) load(rd + 2, ba);
-            run(rd + 1, bn);
+            if (rd + rs >= rz) break;
+            if (rd + 2 * rs < rz) load(rd + 2 * rs, ba);
+            run(rd + rs, bn);
         }
 #pragma unroll
         for (int u = 0; u < NB; ++u)
