@@ -222,11 +222,11 @@ def variant_sweep(variants: list[str], shapes: list, ms: list[int]) -> None:
                               out_features=out_f, in_features=in_f)
                 out["runs"].append({"flags": flags, "shape": name, "M": m, "seconds": t})
                 print(json.dumps(out["runs"][-1]), flush=True)
+                (HERE / "results" / f"trellis_gemv-cuda{TAG}-variants.json").write_text(
+                    json.dumps(out, indent=2) + "\n")
             del copies
     os.environ["TQBUILD_GEMV_FLAGS"] = ""
     tc._libs.clear()
-    (HERE / "results" / f"trellis_gemv-cuda{TAG}-variants.json").write_text(
-        json.dumps(out, indent=2) + "\n")
 
 
 def save(res: dict) -> None:

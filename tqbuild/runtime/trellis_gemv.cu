@@ -45,6 +45,12 @@ constexpr int U = 8;  // cols: input rows per unit
 #ifndef TQ_TC_MINB
 #define TQ_TC_MINB 1  // rows_tc blocks an SM must hold at M > 2 (2 caps registers at 128)
 #endif
+#ifndef TQ_TC_TL
+#define TQ_TC_TL 2  // rows_tc: 16-row tiles a warp takes at M ≤ 4 (registers vs reuse of B)
+#endif
+#ifndef TQ_TC_MINB12
+#define TQ_TC_MINB12 2  // rows_tc blocks an SM must hold at M ≤ 2
+#endif
 #ifndef TQ_TC_SPLIT
 #define TQ_TC_SPLIT 0  // rows_tc: 1 = each warp a contiguous range of rounds (a tuning sweep)
 #endif
@@ -512,7 +518,7 @@ __global__ void __launch_bounds__(256) rows_mma(
 // the column's period is not the slot's, so a D element sums exactly one period,
 // one activation group, and keeps its own int32 sum. NB = ⌈M/2⌉ MMAs share each
 // A fragment (the decode), one per pair of tokens.
-__host__ __device__ constexpr int tc_tl(int M) { return M <= 4 ? 2 : 1; }
+__host__ __device__ constexpr int tc_tl(int M) { return M <= 4 ? TQ_TC_TL : 1; }
 constexpr int TC_NW = K + 1;  // a period's words and the next one (L ≤ K + 32)
 
 // x [M, n] -> per input row m and group g: 8 words of int8 q at
@@ -565,7 +571,7 @@ __device__ __forceinline__ void load_q8(const uint32_t* s, bool on, uint32_t (&q
 }
 
 template <int M>
-__global__ void __launch_bounds__(256, M <= 2 ? 2 : TQ_TC_MINB) rows_tc(
+__global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_tc(
     const uint32_t* __restrict__ words, const __half* __restrict__ scales,
     const uint32_t* __restrict__ qw, const float* __restrict__ gs, const int* __restrict__ gb,
     float* __restrict__ out, int rows, int nw, int n, int ppb, float factor) {
