@@ -299,8 +299,9 @@ def test_rows_kernel_choice_by_m_and_cfg(monkeypatch):
 
     small, big = Lib(1024), Lib(trellis_cuda.SMEM_LIMIT + 1)
     pick = trellis_cuda.rows_kernel
-    m, t = trellis_cuda.MMA_FROM_M, trellis_cuda.TC_MAX_M
-    assert pick(small, 1, 4096, 256, None) == "tc"
+    m, t = trellis_cuda.MMA_FROM_M, max(trellis_cuda.TC_MS)
+    assert pick(small, 1, 4096, 256, None) == "dp4a"
+    assert pick(small, 2, 4096, 256, None) == "tc"
     assert pick(small, t, 4096, 256, None) == "tc"
     assert pick(small, t, 4096, 64, None) == "dp4a"  # T = 64: no rounds of 4 periods
     assert pick(small, t, 4064, 256, None) == "dp4a"  # 127 groups of inputs

@@ -166,7 +166,9 @@ MMA_FROM_M = 6  # rows: tensor cores from this M on (H200, 8192² and 17408 × 5
 # 56–63 µs vs 72–93 on the dp4a kernel, M = 4 42–54 vs 36–50; bench/trellis_gemv.py;
 # M = 5–7 not measured, the switch interpolates)
 MMA_WARPS = 8
-TC_MAX_M = 4  # rows_tc (tensor cores, x quantized once into global memory) up to this M
+TC_MS = range(2, 5)  # rows_tc (tensor cores, x quantized once) by default at these M (H200,
+# k = 3: M = 2 23.6 / 34.2 µs vs dp4a 25.7 / 35.5 on 8192² / 17408 × 5120, M = 4 32.5 / 45.7
+# vs 35.9 / 49.6; M = 1 23 / 34 vs 17 / 24: dp4a; bench/results/trellis_gemv-cuda-tc2*.json)
 TC_WARPS = 8
 
 
@@ -178,7 +180,7 @@ def tc_ok(M: int, in_features: int, T: int) -> bool:
 def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | None) -> str:
     """Which rows kernel serves: "tc", "mma" or "dp4a". An explicit cfg["tc"] or
     cfg["mma"] wins (an error where its geometry or shared memory does not allow it);
-    any other cfg picks the dp4a kernel; without one, rows_tc up to TC_MAX_M where
+    any other cfg picks the dp4a kernel; without one, rows_tc at TC_MS where
     its geometry allows, the old tensor-core kernel from MMA_FROM_M where x fits, else
     the dp4a kernel (rows_tc where x does not fit the dp4a kernel's shared memory)."""
     c = cfg or {}
@@ -196,7 +198,7 @@ def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | 
                              "memory")
         return "mma"
     tc = tc_ok(M, in_features, T)
-    if tc and M <= TC_MAX_M:
+    if tc and M in TC_MS:
         return "tc"
     if M >= MMA_FROM_M and fits:
         return "mma"

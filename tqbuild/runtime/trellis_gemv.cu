@@ -43,10 +43,10 @@ constexpr int U = 8;  // cols: input rows per unit
 #define TQ_COLS_MINB 2  // cols blocks an SM must hold (caps registers at 128)
 #endif
 #ifndef TQ_TC_MINB
-#define TQ_TC_MINB 1  // rows_tc blocks an SM must hold at M > 2 (2 caps registers at 128)
+#define TQ_TC_MINB 2  // rows_tc blocks an SM must hold at M > 2 (2 caps registers at 128)
 #endif
 #ifndef TQ_TC_TL
-#define TQ_TC_TL 2  // rows_tc: 16-row tiles a warp takes at M ≤ 4 (registers vs reuse of B)
+#define TQ_TC_TL 2  // rows_tc: 16-row tiles a warp takes at M ≤ 2 (registers vs reuse of B)
 #endif
 #ifndef TQ_TC_MINB12
 #define TQ_TC_MINB12 2  // rows_tc blocks an SM must hold at M ≤ 2
@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(256) rows_mma(
 // the column's period is not the slot's, so a D element sums exactly one period,
 // one activation group, and keeps its own int32 sum. NB = ⌈M/2⌉ MMAs share each
 // A fragment (the decode), one per pair of tokens.
-__host__ __device__ constexpr int tc_tl(int M) { return M <= 4 ? TQ_TC_TL : 1; }
+__host__ __device__ constexpr int tc_tl(int M) { return M <= 2 ? TQ_TC_TL : 1; }
 constexpr int TC_NW = K + 1;  // a period's words and the next one (L ≤ K + 32)
 
 // x [M, n] -> per input row m and group g: 8 words of int8 q at
