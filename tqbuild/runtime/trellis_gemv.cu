@@ -51,6 +51,9 @@ constexpr int U = 8;  // cols: input rows per unit
 #ifndef TQ_TC_MINB12
 #define TQ_TC_MINB12 2  // rows_tc blocks an SM must hold at M ≤ 2
 #endif
+#ifndef TQ_TC_ACC
+#define TQ_TC_ACC 1  // rows_tc: independent MMA accumulators a D fragment (1 or 2)
+#endif
 #ifndef TQ_TC_SPLIT
 #define TQ_TC_SPLIT 0  // rows_tc: 1 = each warp a contiguous range of rounds (a tuning sweep)
 #endif
@@ -382,6 +385,11 @@ __global__ void __launch_bounds__(512) rows_fused(
 // A block's warps split one 16-row tile's periods into contiguous ranges and add
 // their sums in shared memory (fixed order).
 __device__ __forceinline__ void mma_u8s8(int (&d)[4], const uint32_t (&a)[4], int b0, int b1) {
+#ifdef TQ_TC_NOMMA  // timing experiment only (wrong results): the MMA's inputs kept live
+    d[0] += (int)(a[0] ^ a[1] ^ a[2]);
+    d[1] += (int)a[3] ^ b0 ^ b1;
+    return;
+#endif
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, "
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
@@ -629,13 +637,19 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
         };
         float f[NB][TL][4] = {};
         auto run = [&](int rd, const Round& b) {
-            int d[NB][TL][4];
+            // TQ_TC_ACC independent int32 sums a D fragment (MMA c adds into sum c %
+            // TQ_TC_ACC: shorter dependency chains), added exactly at the round's end
+            int d[NB][TL][4], d2[TQ_TC_ACC][NB][TL][4];
 #pragma unroll
             for (int u = 0; u < NB; ++u)
 #pragma unroll
                 for (int tl = 0; tl < TL; ++tl) {
                     d[u][tl][0] = d[u][tl][2] = b.b0[u];
                     d[u][tl][1] = d[u][tl][3] = b.b1[u];
+#pragma unroll
+                    for (int a = 0; a < TQ_TC_ACC; ++a)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) d2[a][u][tl][i] = 0;
                 }
             uint32_t qn[QPRE ? 1 : NB][8];
             if constexpr (!QPRE) {
@@ -661,9 +675,22 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
                     const int b0 = (int)__byte_perm(q[r0 >> 2], 0u, (r0 & 3) * 0x1111u);
                     const int b1 = (int)__byte_perm(q[r1 >> 2], 0u, (r1 & 3) * 0x1111u);
 #pragma unroll
-                    for (int tl = 0; tl < TL; ++tl) mma_u8s8(d[u][tl], a[tl], b0, b1);
+                    for (int tl = 0; tl < TL; ++tl) {
+                        if (TQ_TC_ACC == 1 || c % TQ_TC_ACC == 0)
+                            mma_u8s8(d[u][tl], a[tl], b0, b1);
+                        else
+                            mma_u8s8(d2[c % TQ_TC_ACC][u][tl], a[tl], b0, b1);
+                    }
                 }
             }
+#pragma unroll
+            for (int x = 1; x < TQ_TC_ACC; ++x)
+#pragma unroll
+                for (int u = 0; u < NB; ++u)
+#pragma unroll
+                    for (int tl = 0; tl < TL; ++tl)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) d[u][tl][i] += d2[x][u][tl][i];
 #pragma unroll
             for (int u = 0; u < NB; ++u)
 #pragma unroll
