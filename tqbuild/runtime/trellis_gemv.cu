@@ -169,6 +169,14 @@ __device__ __forceinline__ void quant8(const float (&v)[8], int (&q)[8], float& 
     gbias = -510 * sq;
 }
 
+// 8 int8 values (quant8's splats: any byte of each) as 8 bytes, value j in byte j
+__device__ __forceinline__ uint2 pack8(const int (&q)[8]) {
+    uint2 b;
+    b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (uint32_t)(q[3] & 0xFF) << 24;
+    b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (uint32_t)(q[7] & 0xFF) << 24;
+    return b;
+}
+
 // x [M, n] quantized by the whole block into shared memory: per input row m, group
 // g at sp + m·ng·GS + g·GS (Q8: 8 words of int8 q; else 32 int32 splats), the
 // group's scale and −510·Σq in gsm / gbm [M][ng]
@@ -191,10 +199,7 @@ __device__ __forceinline__ void quantize_to_shared(const void* x, int dtype, int
         if (!in) continue;
         const int g = i0 >> 5;
         if constexpr (Q8) {
-            int2 b;
-            b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (q[3] & 0xFF) << 24;
-            b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (q[7] & 0xFF) << 24;
-            *reinterpret_cast<int2*>(sp + m * sps + g * GS + ((i0 & 31) >> 2)) = b;
+            *reinterpret_cast<uint2*>(sp + m * sps + g * GS + ((i0 & 31) >> 2)) = pack8(q);
         } else {
             int4* dst = reinterpret_cast<int4*>(sp + m * sps + g * GS + (i0 & 31));
             dst[0] = make_int4(q[0], q[1], q[2], q[3]);
@@ -517,8 +522,9 @@ __global__ void __launch_bounds__(256) rows_mma(
 
 // ---- rows on the tensor cores, v2 (`rows_tc`) ----
 // x is quantized first by `quantize_x` into global memory (int8 q, a scale and
-// −510·Σq a group of 32), so no block repeats that work. A warp takes TL tiles of
-// 16 rows over a range of rounds of 4 periods; thread (g = lane / 4, t = lane % 4)
+// −510·Σq a group of 32), so no block repeats that work. A block takes tiles of
+// 16·TL rows; its warps take every nwarps-th round of 4 periods (so together they
+// read adjacent words of a row); thread (g = lane / 4, t = lane % 4)
 // decodes period t of the round, all 32 weights, for rows g and g + 8 of each
 // tile, from the K words + 1 of the period as stored. One MMA m16n8k32 takes 16
 // rows × 8 weight slots × 8 columns: slots t and t + 4 (weights 2c and 2c + 1 of
@@ -545,10 +551,7 @@ __global__ void quantize_x(const void* x, int dtype, int M, int n, uint32_t* __r
     quant8(v, q, gscale, gbias);  // every lane: shuffles
     if (!in) return;
     const int ng = n >> 5, g = i0 >> 5;
-    uint2 b;
-    b.x = (q[0] & 0xFF) | (q[1] & 0xFF) << 8 | (q[2] & 0xFF) << 16 | (uint32_t)(q[3] & 0xFF) << 24;
-    b.y = (q[4] & 0xFF) | (q[5] & 0xFF) << 8 | (q[6] & 0xFF) << 16 | (uint32_t)(q[7] & 0xFF) << 24;
-    *reinterpret_cast<uint2*>(qw + ((size_t)m * ng + g) * 8 + ((i0 & 31) >> 2)) = b;
+    *reinterpret_cast<uint2*>(qw + ((size_t)m * ng + g) * 8 + ((i0 & 31) >> 2)) = pack8(q);
     if ((i0 & 31) == 0) {
         gs[m * ng + g] = gscale;
         gb[m * ng + g] = gbias;
