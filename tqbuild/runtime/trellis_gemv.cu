@@ -605,8 +605,13 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
     for (int tile = blockIdx.x; tile * RT < rows; tile += gridDim.x) {
         const uint32_t* rp[2 * TL];  // rows g, g + 8 of each tile
 #pragma unroll
-        for (int r = 0; r < 2 * TL; ++r)
+        for (int r = 0; r < 2 * TL; ++r) {
+#ifdef TQ_TC_SAMEROWS  // timing experiment only (wrong results): every tile reads tile 0's rows
+            rp[r] = words + (size_t)min(8 * r + gq, rows - 1) * nw + K * t;
+#else
             rp[r] = words + (size_t)min(tile * RT + 8 * r + gq, rows - 1) * nw + K * t;
+#endif
+        }
         // period p0 + j of a round meets group gl − j (blocks of ppb periods run
         // backwards along the inputs)
         auto group = [&](int rd) {
