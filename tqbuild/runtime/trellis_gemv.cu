@@ -177,17 +177,19 @@ __device__ __forceinline__ uint2 pack8(const int (&q)[8]) {
     return b;
 }
 
-// x [M, n] quantized by the whole block into shared memory: per input row m, group
-// g at sp + m·ng·GS + g·GS (Q8: 8 words of int8 q; else 32 int32 splats), the
-// group's scale and −510·Σq in gsm / gbm [M][ng]
+// x [M, n] quantized into sp (shared memory, by one block: id = threadIdx.x,
+// stride = blockDim.x; or global memory, by a grid): per input row m, group g at
+// sp + m·ng·GS + g·GS (Q8: 8 words of int8 q; else 32 int32 splats), the group's
+// scale and −510·Σq in gsm / gbm [M][ng]. Thread `id` takes chunks of 8 inputs
+// id, id + stride, …
 template <bool Q8, int GS>
-__device__ __forceinline__ void quantize_to_shared(const void* x, int dtype, int M, int n,
-                                                   int* sp, float* gsm, int* gbm) {
+__device__ __forceinline__ void quantize_groups(const void* x, int dtype, int M, int n, int* sp,
+                                                float* gsm, int* gbm, int id, int stride) {
     const int ng = n >> 5, sps = ng * GS;
     // every lane of a warp runs each trip (quant8 shuffles); a group's 4 lanes are
     // all in range or all out (the chunk count is a multiple of 4)
-    for (int c0 = 0; c0 < M * (n >> 3); c0 += blockDim.x) {
-        const int c = c0 + threadIdx.x;
+    for (int c0 = 0; c0 < M * (n >> 3); c0 += stride) {
+        const int c = c0 + id;
         const bool in = c < M * (n >> 3);
         const int m = M == 1 || !in ? 0 : c / (n >> 3), i0 = in ? (c - m * (n >> 3)) * 8 : 0;
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -321,7 +323,7 @@ __global__ void __launch_bounds__(512) rows_fused(
         }
     };
     start_rows((blockIdx.x * rgb + rg) * RB);
-    quantize_to_shared<Q8, GS>(x, dtype, M, n, sp, gsm, gbm);
+    quantize_groups<Q8, GS>(x, dtype, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
     __syncthreads();
     for (int rb0 = blockIdx.x * rgb; rb0 < nrb; rb0 += gridDim.x * rgb) {
         const int r0 = (rb0 + rg) * RB;
@@ -431,7 +433,7 @@ __global__ void __launch_bounds__(256) rows_mma(
     int* gbm = reinterpret_cast<int*>(gsm + M * ng);
     float* red = reinterpret_cast<float*>(gbm + M * ng);  // [warps][TL][32][4]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    quantize_to_shared<true, GS>(x, dtype, M, n, sp, gsm, gbm);
+    quantize_groups<true, GS>(x, dtype, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
     __syncthreads();
     const int gq = lane >> 2, t = lane & 3;
     const int wi0 = (8 * t * K) >> 5, sh0 = (8 * t * K) & 31;
@@ -537,25 +539,11 @@ constexpr int TC_NW = K + 1;  // a period's words and the next one (L ≤ K + 32
 
 // x [M, n] -> per input row m and group g: 8 words of int8 q at
 // qw + (m·ng + g)·8 (byte j of word i: input 4i + j), scale gs and −510·Σq gb at
-// m·ng + g. One thread quantizes 8 inputs (4 lanes a group, as quant8 wants).
+// m·ng + g (quantize_groups' Q8 layout in global memory, one chunk a thread)
 __global__ void quantize_x(const void* x, int dtype, int M, int n, uint32_t* __restrict__ qw,
                            float* __restrict__ gs, int* __restrict__ gb) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    const bool in = c < M * (n >> 3);  // a group's 4 lanes are all in or all out
-    const int m = in ? c / (n >> 3) : 0, i0 = in ? (c - m * (n >> 3)) * 8 : 0;
-    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (in) load8(x, dtype, (size_t)m * n + i0, v);
-    int q[8];
-    float gscale;
-    int gbias;
-    quant8(v, q, gscale, gbias);  // every lane: shuffles
-    if (!in) return;
-    const int ng = n >> 5, g = i0 >> 5;
-    *reinterpret_cast<uint2*>(qw + ((size_t)m * ng + g) * 8 + ((i0 & 31) >> 2)) = pack8(q);
-    if ((i0 & 31) == 0) {
-        gs[m * ng + g] = gscale;
-        gb[m * ng + g] = gbias;
-    }
+    quantize_groups<true, 8>(x, dtype, M, n, reinterpret_cast<int*>(qw), gs, gb,
+                             blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
 // a round's loads of a thread: its rows' words; per MMA u, its B chunk (8 words of
