@@ -172,6 +172,13 @@ TC_MS = range(2, 5)  # rows_tc (tensor cores, x quantized once) by default at th
 TC_WARPS = 8
 
 
+@functools.cache
+def _mma_fits(lib: ctypes.CDLL, M: int, in_features: int, warps: int) -> bool:
+    """x [M, in_features] quantized fits the mma kernel's shared memory (asked once
+    per shape, as _rows_fit)."""
+    return lib.tq_gemv_mma_smem(M, in_features, warps) <= SMEM_LIMIT
+
+
 def tc_ok(M: int, in_features: int, T: int) -> bool:
     """rows_tc's geometry: rounds of 4 periods along the inputs and in a block."""
     return M <= MAX_M and (in_features // 32) % 4 == 0 and (T // 32) % 4 == 0
@@ -191,16 +198,15 @@ def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | 
         return "tc"
     if cfg and not c.get("mma"):
         return "dp4a"
-    fits = lib.tq_gemv_mma_smem(M, in_features, int(c.get("warps", MMA_WARPS))) <= SMEM_LIMIT
     if c.get("mma"):
-        if not fits:
+        if not _mma_fits(lib, M, in_features, int(c.get("warps", MMA_WARPS))):
             raise ValueError(f"x [{M}, {in_features}] does not fit the mma kernel's shared "
                              "memory")
         return "mma"
     tc = tc_ok(M, in_features, T)
     if tc and M in TC_MS:
         return "tc"
-    if M >= MMA_FROM_M and fits:
+    if M >= MMA_FROM_M and _mma_fits(lib, M, in_features, MMA_WARPS):
         return "mma"
     return "dp4a" if not tc or _rows_fit(lib, M, in_features) else "tc"
 
