@@ -108,6 +108,8 @@ def main() -> None:
     ap.add_argument("--tag", default="")
     ap.add_argument("--variants", default="", help="';'-separated nvcc define sets")
     ap.add_argument("--no-sweep", action="store_true", help="default block shapes at M = 1")
+    ap.add_argument("--variant-cfg", default="",
+                    help="the variant runs' kernel cfg (JSON), e.g. {\"tc\": true}")
     a = ap.parse_args()
     shapes = [s for s in SHAPES if not a.shapes or s[0].split()[0] in a.shapes.split(",")]
     ms = [int(m) for m in a.ms.split(",")]
@@ -116,7 +118,8 @@ def main() -> None:
     TAG = a.tag
     dev = "cuda"
     if a.variants:
-        variant_sweep(a.variants.split(";"), shapes, ms)
+        variant_sweep(a.variants.split(";"), shapes, ms,
+                      json.loads(a.variant_cfg) if a.variant_cfg else None)
     tc.prebuild([(k, L, CODE) for k in ks])
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()
@@ -204,12 +207,13 @@ def main() -> None:
             del copies
 
 
-def variant_sweep(variants: list[str], shapes: list, ms: list[int]) -> None:
+def variant_sweep(variants: list[str], shapes: list, ms: list[int], cfg=None) -> None:
     """k = 3, M in ms on every shape for each set of compile-time defines (and the
-    default build), one library each; -> trellis_gemv-cuda{TAG}-variants.json."""
+    default build), one library each, the kernel the default picks or cfg's;
+    -> trellis_gemv-cuda{TAG}-variants.json."""
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     g = torch.Generator(device="cuda").manual_seed(0)
-    out = {"host": host(), "code": CODE, "L": L, "T": T, "k": 3, "runs": []}
+    out = {"host": host(), "code": CODE, "L": L, "T": T, "k": 3, "cfg": cfg, "runs": []}
     for flags in ["", *variants]:
         os.environ["TQBUILD_GEMV_FLAGS"] = flags
         tc._libs.clear()
@@ -218,7 +222,7 @@ def variant_sweep(variants: list[str], shapes: list, ms: list[int]) -> None:
             copies, _ = packed_case(None, 3, rows, cols, l2, g)
             for m in ms:
                 x = torch.randn(m, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
-                t = time_int8(x, copies, None, code=CODE, k=3, T=T, L=L, axis=axis,
+                t = time_int8(x, copies, cfg, code=CODE, k=3, T=T, L=L, axis=axis,
                               out_features=out_f, in_features=in_f)
                 out["runs"].append({"flags": flags, "shape": name, "M": m, "seconds": t})
                 print(json.dumps(out["runs"][-1]), flush=True)
