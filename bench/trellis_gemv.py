@@ -192,8 +192,12 @@ def main() -> None:
                 if axis == 1:  # every rows kernel (the default picks by M), same call
                     lib = tc.library(k, L, CODE)
                     case["kernel"] = tc.rows_kernel(lib, m, in_f, T, cfg)
-                    for kind, c in (("tc", {"tc": True}), ("mma", {"mma": True}),
-                                    ("dp4a", cfg or {"mma": False})):
+                    dc = cfg or {}
+                    for kind, c in (("tc", {"tc": True}), ("tc_nopdl", {"tc": True, "pdl": 0}),
+                                    ("mma", {"mma": True}),
+                                    ("dp4a", {**dc, "prequant": True}),
+                                    ("dp4a_nopdl", {**dc, "prequant": True, "pdl": 0}),
+                                    ("dp4a_blockq", {**dc, "prequant": False})):
                         if kind == "mma" and m == 1:
                             continue
                         case[f"{kind}_seconds"] = time_int8(xm, copies, c, **kw)

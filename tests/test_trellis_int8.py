@@ -116,7 +116,9 @@ def _cuda_cases():
                     rows, cols = (96 + 32 * (i % 3), 1024 if T == 512 else 768)
                     if axis == 1:
                         rows += 5  # ragged output rows
-                    cfg = ([None, {"RB": 2, "warps": 3}, {"RB": 8},
+                    # x quantized by every block (prequant False) or once before, with
+                    # and without programmatic dependent launch
+                    cfg = ([None, {"RB": 2, "warps": 3, "prequant": False}, {"RB": 8, "pdl": 0},
                             {"RB": 1, "warps": 1, "rgb": 3, "bps": 1}][i % 4] if axis == 1 else
                            [None, {"splits": 1}, {"splits": 7}, {"per": 32}][i % 4])
                     cases.append((code, L, T, k, axis, rows, cols, M, cfg))
@@ -133,7 +135,7 @@ def _cuda_cases():
              ("mul1", 1, (12, 256), 4), ("1mad", 3, (12, 128), 5), ("mul1", 2, (12, 256), 8),
              ("1mad", 4, (12, 128), 1), ("mul1", 3, (16, 256), 6)]):
         cases.append((code, L, T, k, 1, 29 + 24 * j, {128: 640, 256: 768, 512: 1024}[T], M,
-                      {"tc": True, "warps": [8, 3, 1, 5][j % 4]}))
+                      {"tc": True, "warps": [8, 3, 1, 5][j % 4], "pdl": j % 2}))
     cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block
     cases.append(("mul1", 12, 256, 1, 1, 64, 512, 1, None))
     return cases
@@ -308,6 +310,9 @@ def test_rows_kernel_choice_by_m_and_cfg(monkeypatch):
     assert pick(small, m - 1, 4096, 256, None) == ("tc" if m - 1 <= t else "dp4a")
     assert pick(small, m, 4096, 256, None) == "mma"
     assert pick(small, 8, 4096, 256, {"RB": 1}) == "dp4a"  # a rows cfg: dp4a kernel
+    assert pick(small, 8, 4096, 256, {"prequant": False}) == "dp4a"
+    assert pick(small, 2, 4096, 256, {"pdl": 0}) == "tc"  # the launch mode alone: default
+    assert pick(small, m, 4096, 256, {"pdl": 1}) == "mma"
     assert pick(small, 1, 4096, 256, {"mma": True}) == "mma"
     assert pick(small, 8, 4096, 256, {"tc": True}) == "tc"
     assert pick(big, 8, 4096, 256, None) == "tc"  # x fits neither smem kernel

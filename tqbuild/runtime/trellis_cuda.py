@@ -6,7 +6,9 @@ missing, `available()` is False (warned once) and the Triton float kernels run.
 
 TQBUILD_TRELLIS_ACT: `auto` (default) — these kernels on CUDA for M ≤ 8 where the
 code and geometry allow; `float` — never (the float-activation Triton kernels);
-`int8` — also emulate int8 activations on CPU (runtime/trellis_torch.py)."""
+`int8` — also emulate int8 activations on CPU (runtime/trellis_torch.py).
+TQBUILD_PDL=0: launch the rows kernels after x's quantization without
+programmatic dependent launch (sm_90+; by default they start while it runs)."""
 
 from __future__ import annotations
 
@@ -51,10 +53,10 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
     dll = nvcc.build(SOURCE, _flags(k, L, code))
     P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
     sig: dict[str, tuple[Any, list[Any]]] = {
-        "tq_gemv_rows_fused": (I, [P, P, P, I, P] + [I] * 9 + [F, P]),
+        "tq_gemv_rows_fused": (I, [P, P, P, I, P, P] + [I] * 10 + [F, P]),
         "tq_gemv_cols": (I, [P, P, I, P, P, P] + [I] * 6 + [F, P]),
         "tq_gemv_rows_mma": (I, [P, P, P, I, P] + [I] * 6 + [F, P]),
-        "tq_gemv_rows_tc": (I, [P, P, P, I, P, P] + [I] * 6 + [F, P]),
+        "tq_gemv_rows_tc": (I, [P, P, P, I, P, P] + [I] * 7 + [F, P]),
         "tq_gemv_fused_smem": (Z, [I] * 4),
         "tq_gemv_mma_smem": (Z, [I] * 3),
         "tq_gemv_cols_smem": (Z, [I] * 2),
@@ -140,11 +142,16 @@ def _stream(t: torch.Tensor) -> ctypes.c_void_p:
 SMEM_LIMIT = 200 << 10  # dynamic shared memory a block may take (H100/H200: 227 KB)
 
 
+PREQUANT = True  # the dp4a rows kernel reads x quantized by quantize_x (bench/trellis_gemv.py)
+
+
 def rows_cfg(M: int, cfg: dict | None = None) -> dict:
     """Rows per warp by M (registers). Default: a warp owns its rows (`warps` = 1
     per row group, no block-wide reduction), 16 row groups a block, blocks per SM
-    at the kernel's occupancy (`bps` 0)."""
-    c = {"RB": 2 if M <= 4 else 1, "warps": 1, "rgb": 16, "bps": 0, **(cfg or {})}
+    at the kernel's occupancy (`bps` 0); `prequant`: x quantized once by a kernel
+    before (PREQUANT) rather than by every block."""
+    c = {"RB": 2 if M <= 4 else 1, "warps": 1, "rgb": 16, "bps": 0, "prequant": PREQUANT,
+         **(cfg or {})}
     c["rgb"] = max(1, min(c["rgb"], 16 // c["warps"]))  # ≤ 512 threads
     return c
 
@@ -187,7 +194,7 @@ def tc_ok(M: int, in_features: int, T: int) -> bool:
 def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | None) -> str:
     """Which rows kernel serves: "tc", "mma" or "dp4a". An explicit cfg["tc"] or
     cfg["mma"] wins (an error where its geometry or shared memory does not allow it);
-    any other cfg picks the dp4a kernel; without one, rows_tc at TC_MS where
+    any other cfg (but `pdl` alone) picks the dp4a kernel; without one, rows_tc at TC_MS where
     its geometry allows, the old tensor-core kernel from MMA_FROM_M where x fits, else
     the dp4a kernel (rows_tc where x does not fit the dp4a kernel's shared memory)."""
     c = cfg or {}
@@ -196,7 +203,7 @@ def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | 
             raise ValueError(f"rows_tc needs in_features and T multiples of 128 "
                              f"(got {in_features}, {T})")
         return "tc"
-    if cfg and not c.get("mma"):
+    if set(c) - {"pdl"} and not c.get("mma"):
         return "dp4a"
     if c.get("mma"):
         if not _mma_fits(lib, M, in_features, int(c.get("warps", MMA_WARPS))):
@@ -209,6 +216,18 @@ def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | 
     if M >= MMA_FROM_M and _mma_fits(lib, M, in_features, MMA_WARPS):
         return "mma"
     return "dp4a" if not tc or _rows_fit(lib, M, in_features) else "tc"
+
+
+@functools.cache
+def _pdl(device: int) -> bool:
+    """Programmatic dependent launch: sm_90+ and not switched off."""
+    return (os.environ.get("TQBUILD_PDL", "1") != "0"
+            and torch.cuda.get_device_capability(device) >= (9, 0))
+
+
+def _workspace(x: torch.Tensor, in_features: int) -> torch.Tensor:
+    """quantize_x's output: int8 q, scales and −510·Σq of x's groups (10 words a group)."""
+    return torch.empty(10 * x.shape[0] * (in_features // 32), device=x.device, dtype=torch.int32)
 
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
@@ -227,24 +246,28 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     factor = 1.0 / BYTESUM_DIV
     st = _stream(x)
     kind = rows_kernel(lib, M, in_features, T, cfg) if axis == 1 else "cols"
+    c = cfg or {}
+    pdl = int(c.get("pdl", _pdl(x.device.index or 0)))
     if kind == "tc":
-        ws = torch.empty(10 * M * (in_features // 32), device=x.device, dtype=torch.int32)
+        ws = _workspace(x, in_features)
         _check(lib.tq_gemv_rows_tc(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
-                                   DTYPES[x.dtype], out.data_ptr(), ws.data_ptr(), M, rows, nw,
-                                   in_features, T, int((cfg or {}).get("warps", TC_WARPS)),
-                                   factor, st), "rows (tc)")
+                                   DTYPES[x.dtype], out.data_ptr(), ws.data_ptr(), pdl, M, rows,
+                                   nw, in_features, T, int(c.get("warps", TC_WARPS)), factor,
+                                   st), "rows (tc)")
         return out
     if kind == "mma":
-        w = int((cfg or {}).get("warps", MMA_WARPS))
+        w = int(c.get("warps", MMA_WARPS))
         _check(lib.tq_gemv_rows_mma(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
                                     DTYPES[x.dtype], out.data_ptr(), M, rows, nw, in_features,
                                     T, w, factor, st), "rows (mma)")
         return out
     if kind == "dp4a":
-        c = rows_cfg(M, cfg)
+        r = rows_cfg(M, cfg)
+        qx = _workspace(x, in_features) if r["prequant"] else None
         _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
-                                      DTYPES[x.dtype], out.data_ptr(), M, rows, nw,
-                                      in_features, T, c["RB"], c["warps"], c["rgb"], c["bps"],
+                                      DTYPES[x.dtype], out.data_ptr(),
+                                      None if qx is None else qx.data_ptr(), pdl, M, rows, nw,
+                                      in_features, T, r["RB"], r["warps"], r["rgb"], r["bps"],
                                       factor, st), "rows")
         return out
     per = cols_per(rows, out_features, M, lib, cfg)

@@ -283,6 +283,45 @@ __device__ __forceinline__ void take(uint32_t (&slot)[RB][K + 1], uint32_t (&w)[
     }
 }
 
+// Programmatic dependent launch (sm_90+): quantize_x lets the kernel after it
+// start at once; that kernel loads its first weight words, then waits for x.
+// Without the launch attribute (or before sm_90) the wait is a no-op.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// quantize_x's global layout (qw, gs, gb) -> a rows block's shared memory as
+// quantize_groups<Q8, GS> writes it (M = 1: the int8 q splatted to int32)
+template <bool Q8, int GS>
+__device__ __forceinline__ void expand_groups(const uint32_t* __restrict__ qw,
+                                              const float* __restrict__ gs,
+                                              const int* __restrict__ gb, int M, int n, int* sp,
+                                              float* gsm, int* gbm, int id, int stride) {
+    const int ng = n >> 5, sps = ng * GS;
+    for (int i = id; i < M * ng * 8; i += stride) {  // word j of group g of row m
+        const int m = i / (ng * 8), r = i - m * ng * 8, g = r >> 3, j = r & 7;
+        const uint32_t w = __ldg(qw + i);
+        if constexpr (Q8) {
+            sp[m * sps + g * GS + j] = (int)w;
+        } else {
+            *reinterpret_cast<int4*>(sp + m * sps + g * GS + 4 * j) =
+                make_int4((int)__byte_perm(w, 0u, 0x0000u), (int)__byte_perm(w, 0u, 0x1111u),
+                          (int)__byte_perm(w, 0u, 0x2222u), (int)__byte_perm(w, 0u, 0x3333u));
+        }
+    }
+    for (int i = id; i < M * ng; i += stride) {
+        gsm[i] = __ldg(gs + i);
+        gbm[i] = __ldg(gb + i);
+    }
+}
+
 // rows, the activations quantized by the block itself into shared memory: a
 // persistent grid (each block quantizes x once, then takes row blocks in turn);
 // 4 lanes quantize a group (8 inputs each). Splats are stored 36 ints a group
@@ -291,8 +330,11 @@ __device__ __forceinline__ void take(uint32_t (&slot)[RB][K + 1], uint32_t (&w)[
 template <int M, int RB>
 __global__ void __launch_bounds__(512) rows_fused(
     const uint32_t* __restrict__ words, const __half* __restrict__ scales, const void* x,
-    int dtype, float* __restrict__ out, int rows, int nw, int n, int ppb, int wpr,
-    float factor) {
+    int dtype, const uint32_t* __restrict__ qw, const float* __restrict__ gs,
+    const int* __restrict__ gb, float* __restrict__ out, int rows, int nw, int n, int ppb,
+    int wpr, float factor) {
+    // qw: x quantized by quantize_x (then expanded here, after its words are asked
+    // for); null: the block quantizes x itself.
     // M = 1: int32 splats, 36 ints a group; M > 1: int8 q, 12 ints a group (the
     // splat made by one PRMT where used, so M rows of x fit in shared memory)
     constexpr bool Q8 = M > 1;
@@ -323,7 +365,12 @@ __global__ void __launch_bounds__(512) rows_fused(
         }
     };
     start_rows((blockIdx.x * rgb + rg) * RB);
-    quantize_groups<Q8, GS>(x, dtype, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
+    if (qw) {
+        pdl_wait();
+        expand_groups<Q8, GS>(qw, gs, gb, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
+    } else {
+        quantize_groups<Q8, GS>(x, dtype, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
+    }
     __syncthreads();
     for (int rb0 = blockIdx.x * rgb; rb0 < nrb; rb0 += gridDim.x * rgb) {
         const int r0 = (rb0 + rg) * RB;
@@ -542,6 +589,7 @@ constexpr int TC_NW = K + 1;  // a period's words and the next one (L ≤ K + 32
 // m·ng + g (quantize_groups' Q8 layout in global memory, one chunk a thread)
 __global__ void quantize_x(const void* x, int dtype, int M, int n, uint32_t* __restrict__ qw,
                            float* __restrict__ gs, int* __restrict__ gb) {
+    pdl_trigger();
     quantize_groups<true, 8>(x, dtype, M, n, reinterpret_cast<int*>(qw), gs, gb,
                              blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
@@ -610,7 +658,7 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
             const int m = 2 * u + (gq >> 2);
             load_q8(qw + ((size_t)min(m, M - 1) * ng + gl - t) * 8, bcol && m < M, q);
         };
-        auto load = [&](int rd, Round& b) {
+        auto load_w = [&](int rd, Round& b) {
             // the next period's first word: the block's first at a block end
             const int base = rd * 4 * K;
             const int nxt = t < 3 ? K : ((rd * 4 + 4) & (ppb - 1)) == 0 ? K - K * ppb : K;
@@ -620,6 +668,8 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
                 for (int i = 0; i < K; ++i) b.w[r][i] = __ldg(rp[r] + base + i);
                 b.w[r][K] = __ldg(rp[r] + base + nxt);
             }
+        };
+        auto load_x = [&](int rd, Round& b) {  // quantize_x's output for round rd
             const int gl = group(rd);
 #pragma unroll
             for (int u = 0; u < NB; ++u) {
@@ -631,6 +681,7 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
                 if constexpr (QPRE) load_b(gl, u, b.q[u]);
             }
         };
+        auto load = [&](int rd, Round& b) { load_w(rd, b); load_x(rd, b); };
         float f[NB][TL][4] = {};
         auto run = [&](int rd, const Round& b) {
             // TQ_TC_ACC independent int32 sums a D fragment (MMA c adds into sum c %
@@ -698,7 +749,9 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
                 }
         };
         Round ba, bn;
-        if (ra < rz) load(ra, ba);
+        if (ra < rz) load_w(ra, ba);
+        pdl_wait();  // x quantized (the first words on their way)
+        if (ra < rz) load_x(ra, ba);
         for (int rd = ra; rd < rz; rd += 2 * rs) {  // the next round loads while one decodes
             if (rd + rs < rz) load(rd + rs, bn);
             run(rd, ba);
@@ -927,10 +980,41 @@ size_t fused_smem(int M, int n, int RB, int warps) {
     return ((size_t)M * ng * (M > 1 ? 12 : 36) + 2 * (size_t)M * ng + (size_t)warps * RB * M) * 4;
 }
 
+// a kernel launch, with programmatic dependent launch where `pdl` (it may start
+// while the kernel before it runs; it waits for that one's output in pdl_wait)
+template <typename... P, typename... A>
+int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+           A... args) {
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = st;
+    cudaLaunchAttribute a[1];
+    a[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a[0].val.programmaticStreamSerializationAllowed = 1;
+    c.attrs = a;
+    c.numAttrs = pdl ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&c, kernel, static_cast<P>(args)...);
+    return (int)(e != cudaSuccess ? e : cudaGetLastError());
+}
+
+// x [M, n] -> ws: int8 q (8 words a group), then scales and −510·Σq (M·n/32 each)
+struct Quantized { uint32_t* q = nullptr; float* gs = nullptr; int* gb = nullptr; };
+Quantized quantize(const void* x, int dtype, int M, int n, uint32_t* ws, cudaStream_t st) {
+    const int ng = n >> 5, chunks = M * (n >> 3);
+    float* gs = reinterpret_cast<float*>(ws + (size_t)M * ng * 8);
+    int* gb = reinterpret_cast<int*>(gs + (size_t)M * ng);
+    quantize_x<<<(chunks + 255) / 256, 256, 0, st>>>(x, dtype, M, n, ws, gs, gb);
+    return {ws, gs, gb};
+}
+
 template <int M>
 int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x, int dtype,
-                      float* out, int rows, int nw, int n, int ppb, int rb, int wpr, int rgb,
-                      int blocks_per_sm, float factor, cudaStream_t st) {
+                      uint32_t* ws, bool pdl, float* out, int rows, int nw, int n, int ppb,
+                      int rb, int wpr, int rgb, int blocks_per_sm, float factor,
+                      cudaStream_t st) {
+    const Quantized qx = ws ? quantize(x, dtype, M, n, ws, st) : Quantized{};
     const int warps = wpr * rgb;
     const size_t smem = fused_smem(M, n, rb, warps);
     const int sms = sm_count();
@@ -942,11 +1026,10 @@ int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x
         if (bps <= 0) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_fused<M, R>, \
                                                                     warps * 32, smem); \
         const int grid = max(1, min((nrb + rgb - 1) / rgb, sms * max(1, bps))); \
-        rows_fused<M, R><<<grid, warps * 32, smem, st>>>(words, scales, x, dtype, out, rows, nw, \
-            n, ppb, wpr, factor); break; }
+        return launch(rows_fused<M, R>, grid, warps * 32, smem, st, ws && pdl, words, scales, x, \
+                      dtype, qx.q, qx.gs, qx.gb, out, rows, nw, n, ppb, wpr, factor); }
     switch (rb) { TQ_RB(1) TQ_RB(2) TQ_RB(4) TQ_RB(8) default: return -1; }
 #undef TQ_RB
-    return (int)cudaGetLastError();
 }
 
 size_t mma_smem(int M, int n, int warps) {
@@ -975,12 +1058,9 @@ size_t tc_smem(int M, int warps) {
 
 template <int M>
 int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, int dtype,
-                   float* out, uint32_t* ws, int rows, int nw, int n, int ppb, int warps,
-                   float factor, cudaStream_t st) {
-    const int ng = n >> 5, chunks = M * (n >> 3);
-    float* gs = reinterpret_cast<float*>(ws + (size_t)M * ng * 8);
-    int* gb = reinterpret_cast<int*>(gs + (size_t)M * ng);
-    quantize_x<<<(chunks + 255) / 256, 256, 0, st>>>(x, dtype, M, n, ws, gs, gb);
+                   float* out, uint32_t* ws, bool pdl, int rows, int nw, int n, int ppb,
+                   int warps, float factor, cudaStream_t st) {
+    const Quantized qx = quantize(x, dtype, M, n, ws, st);
     const size_t smem = tc_smem(M, warps);
     static size_t allowed = 48 * 1024;
     allow_smem(rows_tc<M>, smem, allowed);
@@ -988,9 +1068,8 @@ int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, i
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_tc<M>, warps * 32, smem);
     const int rt = 16 * tc_tl(M);
     const int grid = max(1, min((rows + rt - 1) / rt, sm_count() * max(1, bps)));
-    rows_tc<M><<<grid, warps * 32, smem, st>>>(words, scales, ws, gs, gb, out, rows, nw, n, ppb,
-                                               factor);
-    return (int)cudaGetLastError();
+    return launch(rows_tc<M>, grid, warps * 32, smem, st, pdl, words, scales, qx.q, qx.gs, qx.gb,
+                  out, rows, nw, n, ppb, factor);
 }
 
 // cols rows a block: one full wave of blocks at the kernel's occupancy, no more
@@ -1030,16 +1109,19 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
 
 extern "C" {
 
-// rows: x [M, n] (dtype 0: float32, 1: bfloat16, 2: float16), quantized inside
+// rows: x [M, n] (dtype 0: float32, 1: bfloat16, 2: float16), quantized by every
+// block, or first by quantize_x into `ws` (10·M·n/32 words) where ws is not null
+// (the rows kernel then launched with programmatic dependent launch where `pdl`)
 int tq_gemv_rows_fused(const void* words, const void* scales, const void* x, int dtype,
-                       float* out, int M, int rows, int nw, int n, int T, int rb, int wpr,
-                       int rgb, int blocks_per_sm, float factor, void* stream) {
+                       float* out, void* ws, int pdl, int M, int rows, int nw, int n, int T,
+                       int rb, int wpr, int rgb, int blocks_per_sm, float factor,
+                       void* stream) {
     const uint32_t* w = (const uint32_t*)words;
     const __half* s = (const __half*)scales;
     const int ppb = T / 32;
     cudaStream_t st = (cudaStream_t)stream;
-#define TQ_M(X) case X: return launch_rows_fused<X>(w, s, x, dtype, out, rows, nw, n, ppb, rb, \
-        wpr, rgb, blocks_per_sm, factor, st);
+#define TQ_M(X) case X: return launch_rows_fused<X>(w, s, x, dtype, (uint32_t*)ws, pdl != 0, \
+        out, rows, nw, n, ppb, rb, wpr, rgb, blocks_per_sm, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -1;
@@ -1063,19 +1145,20 @@ int tq_gemv_rows_mma(const void* words, const void* scales, const void* x, int d
 
 size_t tq_gemv_mma_smem(int M, int n, int warps) { return mma_smem(M, n, warps); }
 
-// rows on the tensor cores, x quantized first into `ws` (10·M·n/32 words); whole
-// rounds of 4 periods (n/32 and T/32 multiples of 4)
+// rows on the tensor cores, x quantized first into `ws` (10·M·n/32 words; the rows
+// kernel launched with programmatic dependent launch where `pdl`); whole rounds of
+// 4 periods (n/32 and T/32 multiples of 4)
 int tq_gemv_rows_tc(const void* words, const void* scales, const void* x, int dtype,
-                    float* out, void* ws, int M, int rows, int nw, int n, int T, int warps,
-                    float factor, void* stream) {
+                    float* out, void* ws, int pdl, int M, int rows, int nw, int n, int T,
+                    int warps, float factor, void* stream) {
     const uint32_t* w = (const uint32_t*)words;
     const __half* s = (const __half*)scales;
     uint32_t* q = (uint32_t*)ws;
     const int ppb = T / 32;
     cudaStream_t st = (cudaStream_t)stream;
     if ((n >> 5) % 4 || ppb % 4 || warps < 1 || warps > 8) return -2;
-#define TQ_M(X) case X: return launch_rows_tc<X>(w, s, x, dtype, out, q, rows, nw, n, ppb, \
-        warps, factor, st);
+#define TQ_M(X) case X: return launch_rows_tc<X>(w, s, x, dtype, out, q, pdl != 0, rows, nw, \
+        n, ppb, warps, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -2;
