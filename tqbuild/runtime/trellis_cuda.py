@@ -142,16 +142,18 @@ def _stream(t: torch.Tensor) -> ctypes.c_void_p:
 SMEM_LIMIT = 200 << 10  # dynamic shared memory a block may take (H100/H200: 227 KB)
 
 
-PREQUANT = True  # the dp4a rows kernel reads x quantized by quantize_x (bench/trellis_gemv.py)
+PREQUANT_FROM_M = 2  # the dp4a rows kernel reads x quantized once by quantize_x from this M
+# on (H200, k = 3, PDL: M = 2 / 4 24.6 / 34.5 µs vs 25.5 / 35.9 with every block quantizing;
+# M = 1 17.4 vs 16.8; bench/results/trellis_gemv-cuda-pdl.json)
 
 
 def rows_cfg(M: int, cfg: dict | None = None) -> dict:
     """Rows per warp by M (registers). Default: a warp owns its rows (`warps` = 1
     per row group, no block-wide reduction), 16 row groups a block, blocks per SM
     at the kernel's occupancy (`bps` 0); `prequant`: x quantized once by a kernel
-    before (PREQUANT) rather than by every block."""
-    c = {"RB": 2 if M <= 4 else 1, "warps": 1, "rgb": 16, "bps": 0, "prequant": PREQUANT,
-         **(cfg or {})}
+    before rather than by every block (from PREQUANT_FROM_M)."""
+    c = {"RB": 2 if M <= 4 else 1, "warps": 1, "rgb": 16, "bps": 0,
+         "prequant": M >= PREQUANT_FROM_M, **(cfg or {})}
     c["rgb"] = max(1, min(c["rgb"], 16 // c["warps"]))  # ≤ 512 threads
     return c
 

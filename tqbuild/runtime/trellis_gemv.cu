@@ -84,6 +84,24 @@ __device__ __forceinline__ uint32_t state(const uint32_t (&w)[K + 1], int v) {
     return s & MASK;
 }
 
+#ifndef TQ_TC_LSTATE
+#define TQ_TC_LSTATE 1  // rows_tc: states within a word by a left then a right shift
+#endif
+// state() for an ALU-bound loop (rows_tc: SHF, LOP3, PRMT, address arithmetic on
+// the ALU pipe, only the hash on the FMA pipe): a window inside one word is
+// left-aligned by a multiply (IMAD.SHL, the FMA pipe; ptxas would fold a plain
+// shift pair back into SHF + LOP3), then one right shift drops the bits below it,
+// no mask; windows at bit 0 or across two words as state()
+__device__ __forceinline__ uint32_t state_l(const uint32_t (&w)[K + 1], int v) {
+    const int wi = (K * v) >> 5, sh = (K * v) & 31;
+    if (TQ_TC_LSTATE && sh > 0 && sh + L < 32) {
+        uint32_t y;
+        asm("mul.lo.u32 %0, %1, %2;" : "=r"(y) : "r"(w[wi]), "r"(1u << (32 - L - sh)));
+        return y >> (32 - L);
+    }
+    return state(w, v);
+}
+
 // word offsets of period p in its row: its first word, the next period's first
 // word (the block's first after its last period)
 struct Offsets { int first, next; };
@@ -708,10 +726,10 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
                 uint32_t a[TL][4];
 #pragma unroll
                 for (int tl = 0; tl < TL; ++tl) {
-                    a[tl][0] = code_hash(state(b.w[2 * tl], 2 * c));
-                    a[tl][1] = code_hash(state(b.w[2 * tl + 1], 2 * c));
-                    a[tl][2] = code_hash(state(b.w[2 * tl], 2 * c + 1));
-                    a[tl][3] = code_hash(state(b.w[2 * tl + 1], 2 * c + 1));
+                    a[tl][0] = code_hash(state_l(b.w[2 * tl], 2 * c));
+                    a[tl][1] = code_hash(state_l(b.w[2 * tl + 1], 2 * c));
+                    a[tl][2] = code_hash(state_l(b.w[2 * tl], 2 * c + 1));
+                    a[tl][3] = code_hash(state_l(b.w[2 * tl + 1], 2 * c + 1));
                 }
                 // weight i of a period meets input 31 − i of its group
                 const int r0 = 31 - 2 * c, r1 = 30 - 2 * c;
