@@ -202,6 +202,14 @@ def main() -> None:
                             continue
                         case[f"{kind}_seconds"] = time_int8(xm, copies, c, **kw)
                         case[f"{kind}_speedup_vs_bf16"] = t_bf[m] / case[f"{kind}_seconds"]
+                if axis == 0:  # both cols kernels, cols_tc's splits of the inputs, same call
+                    case["kernel"] = "cols_tc" if tc.cols_tc_serves(m, cfg) else "cols"
+                    for kind, c in (("cols_dp4a", {**(cfg or {}), "tc": False}),
+                                    ("cols_tc", {"tc": True}),
+                                    *((f"cols_tc_s{sp}", {"tc": True, "splits": sp})
+                                      for sp in (1, 3, 5, 8))):
+                        case[f"{kind}_seconds"] = time_int8(xm, copies, c, **kw)
+                        case[f"{kind}_speedup_vs_bf16"] = t_bf[m] / case[f"{kind}_seconds"]
                 if m <= tk.MAX_M:  # the float-activation Triton kernels, same call
                     case["triton_float_seconds"] = time_triton(xm, copies, **kw)
                     case["speedup_vs_triton_float"] = case["triton_float_seconds"] / t

@@ -136,6 +136,15 @@ def _cuda_cases():
              ("1mad", 4, (12, 128), 1), ("mul1", 3, (16, 256), 6)]):
         cases.append((code, L, T, k, 1, 29 + 24 * j, {128: 640, 256: 768, 512: 1024}[T], M,
                       {"tc": True, "warps": [8, 3, 1, 5][j % 4], "pdl": j % 2}))
+    # cols_tc (axis 0 on the tensor cores): every k, both codes, L 12/16, T 64..512, M = 1..8,
+    # splits of the inputs (one, several, a ragged last one), warps with no group
+    for j, (code, k, (L, T), M) in enumerate(
+            [("mul1", 3, (12, 256), 4), ("1mad", 2, (16, 64), 1), ("mul1", 4, (16, 512), 8),
+             ("mul1", 1, (12, 128), 3), ("1mad", 3, (12, 512), 6), ("mul1", 2, (12, 256), 2),
+             ("1mad", 4, (12, 64), 5), ("mul1", 3, (16, 256), 7)]):
+        cases.append((code, L, T, k, 0, 32 * (3 + 5 * j), [512, 1024][j % 2], M,
+                      {"tc": True, "splits": [1, 2, 3, 7][j % 4], "warps": [8, 3, 1, 5][j % 4],
+                       "pdl": j % 2}))
     cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block
     cases.append(("mul1", 12, 256, 1, 1, 64, 512, 1, None))
     return cases
@@ -181,9 +190,9 @@ def test_cuda_linear_takes_the_int8_kernels_where_measured_faster(monkeypatch):
                                             axis=axis)
             got = lin(x.cuda()).cpu().double().numpy()
             err = np.abs(got - ref).max() / np.abs(ref).max()
-            if m <= (8 if axis == 1 else 2):  # the int8 kernels
+            if m <= 2 or axis == 1 and m <= 8 or m in trellis_cuda.COLS_TC_MS:  # int8 kernels
                 assert err < 1e-5, (axis, m, err)
-            else:  # axis 0 from M = 3: the float kernels; M = 9: the expanded weight
+            else:  # axis 0 outside COLS_TC_MS from M = 3: the float kernels; M = 9: expanded
                 assert 1e-5 < err < 3e-2, (axis, m, err)
             xb = x.cuda().bfloat16()
             assert lin(xb).dtype == torch.bfloat16

@@ -55,6 +55,7 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
     sig: dict[str, tuple[Any, list[Any]]] = {
         "tq_gemv_rows_fused": (I, [P, P, P, I, P, P] + [I] * 10 + [F, P]),
         "tq_gemv_cols": (I, [P, P, I, P, P, P] + [I] * 6 + [F, P]),
+        "tq_gemv_cols_tc": (I, [P, P, I, P, P, I, P, P] + [I] * 7 + [F, P]),
         "tq_gemv_rows_mma": (I, [P, P, P, I, P] + [I] * 6 + [F, P]),
         "tq_gemv_rows_tc": (I, [P, P, P, I, P, P] + [I] * 7 + [F, P]),
         "tq_gemv_fused_smem": (Z, [I] * 4),
@@ -171,6 +172,34 @@ def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None 
     return int(lib.tq_gemv_cols_per(M, nrows, n_out, SMEM_LIMIT))
 
 
+COLS_TC_MS = range(2, 9)  # cols on the tensor cores by default at these M (axis 0)
+COLS_TC_WARPS = 8
+
+
+def cols_tc_serves(M: int, cfg: dict | None = None) -> bool:
+    """Axis 0: the tensor-core cols kernel (cfg["tc"], or by default at COLS_TC_MS
+    unless a cols cfg — splits / per — asks for the dp4a one)."""
+    c = cfg or {}
+    if "tc" in c:
+        return bool(c["tc"])
+    return M in COLS_TC_MS and not ({"splits", "per"} & set(c))
+
+
+def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None) -> int:
+    """Input rows a cols_tc block takes (a multiple of 32): cfg["splits"] splits of
+    the inputs, by default enough for two blocks an SM over the output periods."""
+    c = cfg or {}
+    if "per" in c:
+        return int(c["per"])
+    splits = int(c.get("splits", 0)) or -(-2 * _sms() // max(1, n_out // 32))
+    return -(-nrows // (32 * splits)) * 32
+
+
+@functools.cache
+def _sms(device: int = 0) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 MMA_FROM_M = 6  # rows: tensor cores from this M on (H200, 8192² and 17408 × 5120: M = 8
 # 56–63 µs vs 72–93 on the dp4a kernel, M = 4 42–54 vs 36–50; bench/trellis_gemv.py;
 # M = 5–7 not measured, the switch interpolates)
@@ -271,6 +300,17 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
                                       None if qx is None else qx.data_ptr(), pdl, M, rows, nw,
                                       in_features, T, r["RB"], r["warps"], r["rgb"], r["bps"],
                                       factor, st), "rows")
+        return out
+    if cols_tc_serves(M, cfg):
+        per = cols_tc_per(rows, out_features, cfg)
+        splits = -(-rows // per)
+        part = torch.empty(splits if splits > 1 else 0, M, out_features, device=x.device,
+                           dtype=torch.float32)
+        ws = _workspace(x, in_features)
+        _check(lib.tq_gemv_cols_tc(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
+                                   scales.data_ptr(), ws.data_ptr(), pdl, part.data_ptr(),
+                                   out.data_ptr(), M, rows, nw, out_features, T, per,
+                                   int(c.get("warps", COLS_TC_WARPS)), factor, st), "cols (tc)")
         return out
     per = cols_per(rows, out_features, M, lib, cfg)
     splits = -(-rows // per)

@@ -202,7 +202,8 @@ __device__ __forceinline__ uint2 pack8(const int (&q)[8]) {
 // id, id + stride, …
 template <bool Q8, int GS>
 __device__ __forceinline__ void quantize_groups(const void* x, int dtype, int M, int n, int* sp,
-                                                float* gsm, int* gbm, int id, int stride) {
+                                                float* gsm, int* gbm, int id, int stride,
+                                                const __half* rs = nullptr) {
     const int ng = n >> 5, sps = ng * GS;
     // every lane of a warp runs each trip (quant8 shuffles); a group's 4 lanes are
     // all in range or all out (the chunk count is a multiple of 4)
@@ -212,6 +213,10 @@ __device__ __forceinline__ void quantize_groups(const void* x, int dtype, int M,
         const int m = M == 1 || !in ? 0 : c / (n >> 3), i0 = in ? (c - m * (n >> 3)) * 8 : 0;
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (in) load8(x, dtype, (size_t)m * n + i0, v);
+        if (in && rs) {  // axis 0: x times its stored row's scale, as the cols kernel
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(v[j], __half2float(rs[i0 + j]));
+        }
         int q[8];
         float gscale;
         int gbias;
@@ -606,10 +611,11 @@ constexpr int TC_NW = K + 1;  // a period's words and the next one (L ≤ K + 32
 // qw + (m·ng + g)·8 (byte j of word i: input 4i + j), scale gs and −510·Σq gb at
 // m·ng + g (quantize_groups' Q8 layout in global memory, one chunk a thread)
 __global__ void quantize_x(const void* x, int dtype, int M, int n, uint32_t* __restrict__ qw,
-                           float* __restrict__ gs, int* __restrict__ gb) {
+                           float* __restrict__ gs, int* __restrict__ gb,
+                           const __half* __restrict__ rs) {
     pdl_trigger();
     quantize_groups<true, 8>(x, dtype, M, n, reinterpret_cast<int*>(qw), gs, gb,
-                             blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+                             blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x, rs);
 }
 
 // a round's loads of a thread: its rows' words; per MMA u, its B chunk (8 words of
@@ -966,6 +972,118 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     }
 }
 
+// cols on the tensor cores (axis 0, M ≤ 8): one mma.m16n8k32 takes 16 outputs ×
+// 8 inputs (k slots, 4 bytes each: a weight's hash) × 8 tokens. Thread (g, t)
+// decodes the 4 consecutive weights 4g … 4g + 3 of output period pp of stored rows
+// (inputs) i + t (slot t) and i + t + 4 (slot t + 4) from one 32-bit window (A rows
+// g / g + 8 of tile j: weights 4g + 2j / 4g + 2j + 1); B is the inputs' int8 q of
+// x·rs (quantize_x) splatted, column = token; D columns 2t, 2t + 1 are tokens.
+// D starts a group of 32 inputs at −510·Σq and is scaled once a group. A block's
+// warps take the groups of its split of the inputs in turn and add their sums in
+// shared memory in a fixed order.
+static_assert(3 * K + L <= 32, "cols_tc: a thread's 4 weights in one 32-bit window");
+struct ColsTcGroup {
+    uint32_t w[4][4];  // k-step: row i + t words wi0, wi0 + 1; row i + t + 4 the same
+    uint2 q[4];        // k-step: token g's q of inputs 8ks .. 8ks + 7 of the group
+    int b0, b1;        // −510·Σq of tokens 2t, 2t + 1
+    float s0, s1;      // their scales
+};
+
+template <int M>
+__global__ void __launch_bounds__(256) cols_tc(
+    const uint32_t* __restrict__ words, const uint32_t* __restrict__ qw,
+    const float* __restrict__ gs, const int* __restrict__ gb, float* __restrict__ dst,
+    int nrows, int nw, int n_out, int ppb, int per, float factor) {
+    extern __shared__ float red[];  // [warps][2 tiles][32 lanes][4]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int ng = nrows >> 5, pp = blockIdx.x;
+    const int g0 = blockIdx.y * (per >> 5), g1 = min(ng, g0 + (per >> 5));
+    const int bit0 = K * 4 * g, wi0 = bit0 >> 5, sh0 = bit0 & 31;
+    const Offsets po = offsets(pp, ppb);
+    const int off_a = po.first + wi0, off_b = wi0 + 1 < K ? off_a + 1 : po.next;
+    const int m0 = min(2 * t, M - 1), m1 = min(2 * t + 1, M - 1), mq = min(g, M - 1);
+    auto load_w = [&](int gi, ColsTcGroup& c) {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const uint32_t* ra = words + (size_t)(gi * 32 + ks * 8 + t) * nw;
+            const uint32_t* rb = ra + (size_t)4 * nw;
+            c.w[ks][0] = __ldg(ra + off_a);
+            c.w[ks][1] = __ldg(ra + off_b);
+            c.w[ks][2] = __ldg(rb + off_a);
+            c.w[ks][3] = __ldg(rb + off_b);
+        }
+    };
+    auto load_x = [&](int gi, ColsTcGroup& c) {
+        const uint2* qg = reinterpret_cast<const uint2*>(qw + ((size_t)mq * ng + gi) * 8);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) c.q[ks] = g < M ? __ldg(qg + ks) : make_uint2(0u, 0u);
+        c.b0 = __ldg(gb + m0 * ng + gi);
+        c.b1 = __ldg(gb + m1 * ng + gi);
+        c.s0 = __ldg(gs + m0 * ng + gi);
+        c.s1 = __ldg(gs + m1 * ng + gi);
+    };
+    float f[2][4] = {};
+    auto run = [&](const ColsTcGroup& c) {
+        int d[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            d[j][0] = d[j][2] = c.b0;
+            d[j][1] = d[j][3] = c.b1;
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const uint32_t wa = __funnelshift_r(c.w[ks][0], c.w[ks][1], sh0);
+            const uint32_t wb = __funnelshift_r(c.w[ks][2], c.w[ks][3], sh0);
+            // slot t: input 8ks + t (byte t of q word 0), slot t + 4: 8ks + t + 4 (word 1)
+            const int b0 = (int)__byte_perm(c.q[ks].x, 0u, t * 0x1111u);
+            const int b1 = (int)__byte_perm(c.q[ks].y, 0u, t * 0x1111u);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const uint32_t a[4] = {code_hash((wa >> (K * 2 * j)) & MASK),
+                                       code_hash((wa >> (K * (2 * j + 1))) & MASK),
+                                       code_hash((wb >> (K * 2 * j)) & MASK),
+                                       code_hash((wb >> (K * (2 * j + 1))) & MASK)};
+                mma_u8s8(d[j], a, b0, b1);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            f[j][0] = fmaf(c.s0, (float)d[j][0], f[j][0]);
+            f[j][1] = fmaf(c.s1, (float)d[j][1], f[j][1]);
+            f[j][2] = fmaf(c.s0, (float)d[j][2], f[j][2]);
+            f[j][3] = fmaf(c.s1, (float)d[j][3], f[j][3]);
+        }
+    };
+    ColsTcGroup ca, cn;
+    const int ga = g0 + warp;
+    if (ga < g1) load_w(ga, ca);
+    pdl_wait();  // x quantized (the first words on their way)
+    if (ga < g1) load_x(ga, ca);
+    for (int gi = ga; gi < g1; gi += 2 * nwarps) {  // the next group loads while one runs
+        if (gi + nwarps < g1) { load_w(gi + nwarps, cn); load_x(gi + nwarps, cn); }
+        run(ca);
+        if (gi + nwarps >= g1) break;
+        if (gi + 2 * nwarps < g1) { load_w(gi + 2 * nwarps, ca); load_x(gi + 2 * nwarps, ca); }
+        run(cn);
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) red[((warp * 2 + j) * 32 + lane) * 4 + i] = f[j][i];
+    __syncthreads();
+    // output (weight v of the period, token m): the warps' sums in order
+    float* out = dst + (size_t)blockIdx.y * M * n_out;
+    const int pb = pp & (ppb - 1), col0 = (pp - pb) * 32 + (ppb - 1 - pb) * 32 + 31;
+    for (int e = threadIdx.x; e < 32 * M; e += blockDim.x) {
+        const int v = e / M, m = e - v * M;
+        const int ln = (v >> 2) * 4 + (m >> 1), j = (v >> 1) & 1, i = (v & 1) * 2 + (m & 1);
+        float sum = 0.f;
+        for (int w = 0; w < nwarps; ++w) sum += red[((w * 2 + j) * 32 + ln) * 4 + i];
+        out[(size_t)m * n_out + col0 - v] = sum * factor;
+    }
+}
+
 __global__ void sum_splits(const float* __restrict__ part, float* __restrict__ out, int splits,
                            int count) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -1019,11 +1137,12 @@ int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_
 
 // x [M, n] -> ws: int8 q (8 words a group), then scales and −510·Σq (M·n/32 each)
 struct Quantized { uint32_t* q = nullptr; float* gs = nullptr; int* gb = nullptr; };
-Quantized quantize(const void* x, int dtype, int M, int n, uint32_t* ws, cudaStream_t st) {
+Quantized quantize(const void* x, int dtype, int M, int n, uint32_t* ws, cudaStream_t st,
+                   const __half* rs = nullptr) {
     const int ng = n >> 5, chunks = M * (n >> 3);
     float* gs = reinterpret_cast<float*>(ws + (size_t)M * ng * 8);
     int* gb = reinterpret_cast<int*>(gs + (size_t)M * ng);
-    quantize_x<<<(chunks + 255) / 256, 256, 0, st>>>(x, dtype, M, n, ws, gs, gb);
+    quantize_x<<<(chunks + 255) / 256, 256, 0, st>>>(x, dtype, M, n, ws, gs, gb, rs);
     return {ws, gs, gb};
 }
 
@@ -1123,6 +1242,22 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
     return (int)cudaGetLastError();
 }
 
+template <int M>
+int launch_cols_tc(const uint32_t* words, const void* x, int dtype, const __half* rs,
+                   uint32_t* ws, bool pdl, float* part, float* out, int nrows, int nw,
+                   int n_out, int ppb, int per, int warps, float factor, cudaStream_t st) {
+    const Quantized qx = quantize(x, dtype, M, nrows, ws, st, rs);
+    const int splits = (nrows + per - 1) / per;
+    const size_t smem = (size_t)warps * 2 * 32 * 4 * sizeof(float);
+    const int rc = launch(cols_tc<M>, dim3(n_out / 32, splits), warps * 32, smem, st, pdl, words,
+                          qx.q, qx.gs, qx.gb, splits == 1 ? out : part, nrows, nw, n_out, ppb,
+                          per, factor);
+    if (rc || splits == 1) return rc;
+    const int count = M * n_out;
+    sum_splits<<<(count + 255) / 256, 256, 0, st>>>(part, out, splits, count);
+    return (int)cudaGetLastError();
+}
+
 }  // namespace
 
 extern "C" {
@@ -1198,6 +1333,24 @@ int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, fl
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -1;
+}
+
+// cols on the tensor cores: as tq_gemv_cols, x·rs quantized first into `ws`
+// (10·M·nrows/32 words; cols_tc launched with programmatic dependent launch where
+// `pdl`); nrows and n_out multiples of 32, `per` a multiple of 32
+int tq_gemv_cols_tc(const void* words, const void* x, int dtype, const void* rs, void* ws,
+                    int pdl, float* part, float* out, int M, int nrows, int nw, int n_out, int T,
+                    int per, int warps, float factor, void* stream) {
+    const uint32_t* w = (const uint32_t*)words;
+    const __half* r = (const __half*)rs;
+    uint32_t* q = (uint32_t*)ws;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (per % 32 || nrows % 32 || n_out % 32 || warps < 1 || warps > 8) return -2;
+#define TQ_M(X) case X: return launch_cols_tc<X>(w, x, dtype, r, q, pdl != 0, part, out, nrows, \
+        nw, n_out, T / 32, per, warps, factor, st);
+    switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
+#undef TQ_M
+    return -2;
 }
 
 size_t tq_gemv_cols_smem(int M, int per) { return cols_smem(M, per); }

@@ -213,11 +213,13 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
     # axis 0 from M = 3 on: the float kernel, SMALL_M rows a call, measured faster
     # than the int8 cols kernel on the H200 (5120 × 17408, k = 3: int8 M = 4 127 µs,
     # M = 8 509 µs; float M = 4 100 µs; bench/results/trellis_gemv-cuda-r2.json)
-    if axis == 0 and SMALL_M < M <= trellis_cuda.MAX_M and fast_geometry:
+    # — where the tensor-core cols kernel does not serve that M
+    cols_tc = axis == 0 and x2.is_cuda and trellis_cuda.cols_tc_serves(M)
+    if axis == 0 and SMALL_M < M <= trellis_cuda.MAX_M and fast_geometry and not cols_tc:
         return torch.cat([trellis_matmul_impl(x2[a:a + SMALL_M], words, scales, table, k, T,
                                               L, axis, code, out_features, in_features)
                           for a in range(0, M, SMALL_M)])
-    cols_float = fast and axis == 0 and M >= 3
+    cols_float = fast and axis == 0 and M >= 3 and not cols_tc
     if not cols_float and trellis_cuda.available(x2, code, k, L, T, coded, in_features, axis):
         y = trellis_cuda.matvec(x2, words, scales, code=code, **dims)
     elif fast:
