@@ -172,7 +172,9 @@ def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None 
     return int(lib.tq_gemv_cols_per(M, nrows, n_out, SMEM_LIMIT))
 
 
-COLS_TC_MS = range(2, 9)  # cols on the tensor cores by default at these M (axis 0)
+COLS_TC_MS = range(3, 9)  # cols on the tensor cores by default at these M (axis 0; H200,
+# 5120 × 17408 k = 3: M = 4 52.4 µs vs dp4a 126.9, M = 8 56.9 vs 509; M = 2 50.4 vs 40.0;
+# M = 3 not measured; bench/results/trellis_gemv-cuda-colstc.json)
 COLS_TC_WARPS = 8
 
 
@@ -187,11 +189,12 @@ def cols_tc_serves(M: int, cfg: dict | None = None) -> bool:
 
 def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None) -> int:
     """Input rows a cols_tc block takes (a multiple of 32): cfg["splits"] splits of
-    the inputs, by default enough for two blocks an SM over the output periods."""
+    the inputs, by default ⌈3·SMs / output periods⌉ (5120 × 17408: 3 splits, 52.4 µs
+    at M = 4 vs 59.9 with 2, 54.6 with 5; trellis_gemv-cuda-colstc.json)."""
     c = cfg or {}
     if "per" in c:
         return int(c["per"])
-    splits = int(c.get("splits", 0)) or -(-2 * _sms() // max(1, n_out // 32))
+    splits = int(c.get("splits", 0)) or -(-3 * _sms() // max(1, n_out // 32))
     return -(-nrows // (32 * splits)) * 32
 
 

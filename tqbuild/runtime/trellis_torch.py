@@ -210,10 +210,9 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
     small = on_triton and M <= SMALL_M
     fast_geometry = on_triton and trellis_triton.fast_ok(T, k, L)
     fast = small and fast_geometry
-    # axis 0 from M = 3 on: the float kernel, SMALL_M rows a call, measured faster
-    # than the int8 cols kernel on the H200 (5120 × 17408, k = 3: int8 M = 4 127 µs,
-    # M = 8 509 µs; float M = 4 100 µs; bench/results/trellis_gemv-cuda-r2.json)
-    # — where the tensor-core cols kernel does not serve that M
+    # axis 0 from M = 3 on: the tensor-core cols kernel where it serves that M (H200,
+    # 5120 × 17408 k = 3, M = 4: 52 µs), else the float kernel, SMALL_M rows a call
+    # (100 µs; the dp4a cols kernel 127 µs, M = 8 509 µs; trellis_gemv-cuda-colstc.json)
     cols_tc = axis == 0 and x2.is_cuda and trellis_cuda.cols_tc_serves(M)
     if axis == 0 and SMALL_M < M <= trellis_cuda.MAX_M and fast_geometry and not cols_tc:
         return torch.cat([trellis_matmul_impl(x2[a:a + SMALL_M], words, scales, table, k, T,
