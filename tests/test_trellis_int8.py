@@ -330,3 +330,17 @@ def test_rows_kernel_choice_by_m_and_cfg(monkeypatch):
         pick(big, 8, 4096, 256, {"mma": True})
     with pytest.raises(ValueError, match="multiples of 128"):
         pick(small, 2, 4096, 64, {"tc": True})
+
+
+def test_cols_kernel_choice_by_m_and_cfg(monkeypatch):
+    serves, per = trellis_cuda.cols_tc_serves, trellis_cuda.cols_tc_per
+    lo, hi = min(trellis_cuda.COLS_TC_MS), max(trellis_cuda.COLS_TC_MS)
+    assert not serves(lo - 1) and serves(lo) and serves(hi)
+    assert serves(1, {"tc": True}) and not serves(hi, {"tc": False})
+    assert not serves(hi, {"splits": 3})  # a cols split cfg asks for the dp4a kernel
+    assert serves(hi, {"splits": 3, "tc": True})
+    assert per(17408, 5120, {"per": 96}) == 96
+    assert per(17408, 5120, {"splits": 3}) == 5824  # ⌈17408 / 96⌉ · 32
+    assert per(416, 512, {"splits": 3}) == 160  # 160, 160, 96: a ragged last split
+    monkeypatch.setattr(trellis_cuda, "_sms", lambda device=0: 132)
+    assert per(17408, 5120) == per(17408, 5120, {"splits": 3})  # ⌈3 · 132 / 160⌉
