@@ -206,10 +206,8 @@ def main() -> None:
                     case["kernel"] = "cols_tc" if tc.cols_tc_serves(m, cfg) else "cols"
                     for kind, c in (("cols_dp4a", {**(cfg or {}), "tc": False}),
                                     ("cols_tc", {"tc": True}),
-                                    ("cols_tc_flat", {"tc": True, "staged": False}),
-                                    *((f"cols_tc_staged_s{sp}", {"tc": True, "staged": True,
-                                                                 "splits": sp})
-                                      for sp in (13, 52))):
+                                    *((f"cols_tc_s{sp}", {"tc": True, "splits": sp})
+                                      for sp in (1, 3, 5, 8))):
                         case[f"{kind}_seconds"] = time_int8(xm, copies, c, **kw)
                         case[f"{kind}_speedup_vs_bf16"] = t_bf[m] / case[f"{kind}_seconds"]
                 if m <= tk.MAX_M:  # the float-activation Triton kernels, same call

@@ -144,7 +144,7 @@ def _cuda_cases():
              ("1mad", 4, (12, 64), 5), ("mul1", 3, (16, 256), 7)]):
         cases.append((code, L, T, k, 0, 32 * (3 + 5 * j), [512, 1024][j % 2], M,
                       {"tc": True, "splits": [1, 2, 3, 7][j % 4], "warps": [8, 3, 1, 5][j % 4],
-                       "pdl": j % 2, "staged": j % 3 != 1}))
+                       "pdl": j % 2}))
     cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block
     cases.append(("mul1", 12, 256, 1, 1, 64, 512, 1, None))
     return cases
@@ -343,10 +343,4 @@ def test_cols_kernel_choice_by_m_and_cfg(monkeypatch):
     assert per(17408, 5120, {"splits": 3}) == 5824  # ⌈17408 / 96⌉ · 32
     assert per(416, 512, {"splits": 3}) == 160  # 160, 160, 96: a ragged last split
     monkeypatch.setattr(trellis_cuda, "_sms", lambda device=0: 132)
-    flat = {"staged": False}
-    assert per(17408, 5120, flat) == per(17408, 5120, {"splits": 3})  # ⌈3 · 132 / 160⌉
-    assert per(17408, 5120, {"staged": True}) == per(17408, 5120, {"splits": 26})  # 528 // 20
-    assert trellis_cuda.cols_tc_staged(5120, {"staged": True})
-    assert not trellis_cuda.cols_tc_staged(5120 + 32)  # not whole blocks of 8 periods
-    with pytest.raises(ValueError, match="multiple of 256"):
-        trellis_cuda.cols_tc_staged(5120 + 32, {"staged": True})
+    assert per(17408, 5120) == per(17408, 5120, {"splits": 3})  # ⌈3 · 132 / 160⌉

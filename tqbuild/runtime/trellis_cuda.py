@@ -187,33 +187,14 @@ def cols_tc_serves(M: int, cfg: dict | None = None) -> bool:
     return M in COLS_TC_MS and not ({"splits", "per"} & set(c))
 
 
-COLS_TC_STAGED = True  # the shared-memory staged cols_tc where n_out allows (256 outputs a block)
-
-
-def cols_tc_staged(n_out: int, cfg: dict | None = None) -> bool:
-    """cols_tc's words staged through shared memory (cfg["staged"], default
-    COLS_TC_STAGED): blocks of 8 output periods, so n_out a multiple of 256."""
-    staged = bool((cfg or {}).get("staged", COLS_TC_STAGED))
-    if staged and n_out % 256:
-        if cfg and cfg.get("staged"):
-            raise ValueError(f"the staged cols_tc needs out_features a multiple of 256 "
-                             f"(got {n_out})")
-        return False
-    return staged
-
-
 def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None) -> int:
     """Input rows a cols_tc block takes (a multiple of 32): cfg["splits"] splits of
-    the inputs; by default ⌈3·SMs / output periods⌉ (5120 × 17408: 3 splits, 52.4 µs
-    at M = 4 vs 59.9 with 2, 54.6 with 5; trellis_gemv-cuda-colstc.json), staged
-    ⌊4·SMs / blocks of 8 periods⌋ (4 blocks an SM, one wave)."""
+    the inputs, by default ⌈3·SMs / output periods⌉ (5120 × 17408: 3 splits, 52.4 µs
+    at M = 4 vs 59.9 with 2, 54.6 with 5; trellis_gemv-cuda-colstc.json)."""
     c = cfg or {}
     if "per" in c:
         return int(c["per"])
-    if cols_tc_staged(n_out, cfg):
-        splits = int(c.get("splits", 0)) or max(1, 4 * _sms() // (n_out // 256))
-    else:
-        splits = int(c.get("splits", 0)) or -(-3 * _sms() // max(1, n_out // 32))
+    splits = int(c.get("splits", 0)) or -(-3 * _sms() // max(1, n_out // 32))
     return -(-nrows // (32 * splits)) * 32
 
 
@@ -332,7 +313,6 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
         _check(lib.tq_gemv_cols_tc(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
                                    scales.data_ptr(), ws.data_ptr(), pdl, part.data_ptr(),
                                    out.data_ptr(), M, rows, nw, out_features, T, per,
-                                   0 if cols_tc_staged(out_features, cfg) else
                                    int(c.get("warps", COLS_TC_WARPS)), factor, st), "cols (tc)")
         return out
     per = cols_per(rows, out_features, M, lib, cfg)

@@ -1084,119 +1084,6 @@ __global__ void __launch_bounds__(256) cols_tc(
     }
 }
 
-// cols_tc with the words staged through shared memory: a block takes CP = 8
-// consecutive output periods (warp w: period w) and a split of the input groups;
-// per group its threads copy the 32 stored rows' words of those periods (K·CP
-// words and the last period's next word a row, cp.async, CS groups in flight) so
-// that global loads are contiguous; the decode reads them from shared memory. Needs
-// n_out a multiple of 32·CP; the MMA mapping is cols_tc's.
-constexpr int CP = 8, CS = 4, CRW = K * CP + 1;  // periods a block, stages, words a row
-__device__ __forceinline__ void cp_async4(uint32_t* dst, const uint32_t* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;"
-                 :: "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
-
-template <int M>
-__global__ void __launch_bounds__(256) cols_tc_staged(
-    const uint32_t* __restrict__ words, const uint32_t* __restrict__ qw,
-    const float* __restrict__ gs, const int* __restrict__ gb, float* __restrict__ dst,
-    int nrows, int nw, int n_out, int ppb, int per, float factor) {
-    __shared__ uint32_t stage[CS][32 * CRW];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int ng = nrows >> 5, pp0 = blockIdx.x * CP, pp = pp0 + warp;
-    const int g0 = blockIdx.y * (per >> 5), g1 = min(ng, g0 + (per >> 5));
-    // this thread's two words in a staged row: the window's first and the next one
-    const int bit0 = K * 4 * g, wi0 = bit0 >> 5, sh0 = bit0 & 31;
-    const int pb = pp & (ppb - 1);
-    const int nxt = pb != ppb - 1 ? K * (warp + 1) : warp >= ppb - 1 ? K * (warp - ppb + 1) : K * CP;
-    const int ia = K * warp + wi0, ib = wi0 + 1 < K ? ia + 1 : nxt;
-    const int extra = offsets(pp0 + CP - 1, ppb).next;  // the last period's next word
-    const int m0 = min(2 * t, M - 1), m1 = min(2 * t + 1, M - 1), mq = min(g, M - 1);
-    auto copy = [&](int gi, int s) {  // group gi's rows -> stage s (whole block)
-        const uint32_t* base = words + (size_t)gi * 32 * nw;
-        for (int i = threadIdx.x; i < 32 * CRW; i += blockDim.x) {
-            const int r = i / CRW, c = i - r * CRW;
-            cp_async4(&stage[s][i], base + (size_t)r * nw + (c < K * CP ? K * pp0 + c : extra));
-        }
-    };
-    struct Xg { uint2 q[4]; int b0, b1; float s0, s1; };
-    auto load_x = [&](int gi, Xg& c) {
-        const uint2* qg = reinterpret_cast<const uint2*>(qw + ((size_t)mq * ng + gi) * 8);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) c.q[ks] = g < M ? __ldg(qg + ks) : make_uint2(0u, 0u);
-        c.b0 = __ldg(gb + m0 * ng + gi);
-        c.b1 = __ldg(gb + m1 * ng + gi);
-        c.s0 = __ldg(gs + m0 * ng + gi);
-        c.s1 = __ldg(gs + m1 * ng + gi);
-    };
-    float f[2][4] = {};
-    auto run = [&](const uint32_t* sw, const Xg& c) {
-        int d[2][4];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            d[j][0] = d[j][2] = c.b0;
-            d[j][1] = d[j][3] = c.b1;
-        }
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-            const uint32_t* ra = sw + (8 * ks + t) * CRW;
-            const uint32_t* rb = ra + 4 * CRW;
-            const uint32_t wa = __funnelshift_r(ra[ia], ra[ib], sh0);
-            const uint32_t wb = __funnelshift_r(rb[ia], rb[ib], sh0);
-            const int b0 = (int)__byte_perm(c.q[ks].x, 0u, t * 0x1111u);
-            const int b1 = (int)__byte_perm(c.q[ks].y, 0u, t * 0x1111u);
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const uint32_t a[4] = {code_hash((wa >> (K * 2 * j)) & MASK),
-                                       code_hash((wa >> (K * (2 * j + 1))) & MASK),
-                                       code_hash((wb >> (K * 2 * j)) & MASK),
-                                       code_hash((wb >> (K * (2 * j + 1))) & MASK)};
-                mma_u8s8(d[j], a, b0, b1);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            f[j][0] = fmaf(c.s0, (float)d[j][0], f[j][0]);
-            f[j][1] = fmaf(c.s1, (float)d[j][1], f[j][1]);
-            f[j][2] = fmaf(c.s0, (float)d[j][2], f[j][2]);
-            f[j][3] = fmaf(c.s1, (float)d[j][3], f[j][3]);
-        }
-    };
-    // CS − 1 groups in flight ahead of the one decoded (an empty commit keeps counts)
-#pragma unroll
-    for (int s = 0; s < CS - 1; ++s) {
-        if (g0 + s < g1) copy(g0 + s, s);
-        cp_commit();
-    }
-    pdl_wait();  // x quantized (the first words on their way)
-    Xg xa, xn;
-    if (g0 < g1) load_x(g0, xa);
-    for (int gi = g0; gi < g1; ++gi) {
-        const int n = gi - g0;
-        if (gi + CS - 1 < g1) copy(gi + CS - 1, (n + CS - 1) % CS);
-        cp_commit();
-        if (gi + 1 < g1) load_x(gi + 1, xn);
-        cp_wait<CS - 1>();
-        __syncthreads();
-        run(stage[n % CS], xa);
-        __syncthreads();  // stage n % CS is refilled next trip
-        xa = xn;
-    }
-    float* out = dst + (size_t)blockIdx.y * M * n_out;
-    const int pbo = pp & (ppb - 1), col0 = (pp - pbo) * 32 + (ppb - 1 - pbo) * 32 + 31;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int v = 4 * g + 2 * j + (i >> 1), m = 2 * t + (i & 1);
-            if (m < M) out[(size_t)m * n_out + col0 - v] = f[j][i] * factor;
-        }
-}
-
 __global__ void sum_splits(const float* __restrict__ part, float* __restrict__ out, int splits,
                            int count) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -1362,11 +1249,9 @@ int launch_cols_tc(const uint32_t* words, const void* x, int dtype, const __half
     const Quantized qx = quantize(x, dtype, M, nrows, ws, st, rs);
     const int splits = (nrows + per - 1) / per;
     const size_t smem = (size_t)warps * 2 * 32 * 4 * sizeof(float);
-    const int rc = warps == 0  // the staged kernel: CP warps, one a period
-        ? launch(cols_tc_staged<M>, dim3(n_out / (32 * CP), splits), CP * 32, 0, st, pdl, words,
-                 qx.q, qx.gs, qx.gb, splits == 1 ? out : part, nrows, nw, n_out, ppb, per, factor)
-        : launch(cols_tc<M>, dim3(n_out / 32, splits), warps * 32, smem, st, pdl, words, qx.q,
-                 qx.gs, qx.gb, splits == 1 ? out : part, nrows, nw, n_out, ppb, per, factor);
+    const int rc = launch(cols_tc<M>, dim3(n_out / 32, splits), warps * 32, smem, st, pdl, words,
+                          qx.q, qx.gs, qx.gb, splits == 1 ? out : part, nrows, nw, n_out, ppb,
+                          per, factor);
     if (rc || splits == 1) return rc;
     const int count = M * n_out;
     sum_splits<<<(count + 255) / 256, 256, 0, st>>>(part, out, splits, count);
@@ -1452,8 +1337,7 @@ int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, fl
 
 // cols on the tensor cores: as tq_gemv_cols, x·rs quantized first into `ws`
 // (10·M·nrows/32 words; cols_tc launched with programmatic dependent launch where
-// `pdl`); nrows and n_out multiples of 32, `per` a multiple of 32; warps = 0: the
-// staged kernel (n_out a multiple of 256)
+// `pdl`); nrows and n_out multiples of 32, `per` a multiple of 32
 int tq_gemv_cols_tc(const void* words, const void* x, int dtype, const void* rs, void* ws,
                     int pdl, float* part, float* out, int M, int nrows, int nw, int n_out, int T,
                     int per, int warps, float factor, void* stream) {
@@ -1461,8 +1345,7 @@ int tq_gemv_cols_tc(const void* words, const void* x, int dtype, const void* rs,
     const __half* r = (const __half*)rs;
     uint32_t* q = (uint32_t*)ws;
     cudaStream_t st = (cudaStream_t)stream;
-    if (per % 32 || nrows % 32 || n_out % (warps ? 32 : 32 * CP) || warps < 0 || warps > 8)
-        return -2;
+    if (per % 32 || nrows % 32 || n_out % 32 || warps < 1 || warps > 8) return -2;
 #define TQ_M(X) case X: return launch_cols_tc<X>(w, x, dtype, r, q, pdl != 0, part, out, nrows, \
         nw, n_out, T / 32, per, warps, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
