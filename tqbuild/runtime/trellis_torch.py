@@ -213,13 +213,14 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
     # axis 0 from M = 3 on: the tensor-core cols kernel where it serves that M (H200,
     # 5120 × 17408 k = 3, M = 4: 52 µs), else the float kernel, SMALL_M rows a call
     # (100 µs; the dp4a cols kernel 127 µs, M = 8 509 µs; trellis_gemv-cuda-colstc.json)
-    cols_tc = axis == 0 and x2.is_cuda and trellis_cuda.cols_tc_serves(M)
+    int8 = trellis_cuda.available(x2, code, k, L, T, coded, in_features, axis)
+    cols_tc = axis == 0 and int8 and trellis_cuda.cols_tc_serves(M)
     if axis == 0 and SMALL_M < M <= trellis_cuda.MAX_M and fast_geometry and not cols_tc:
         return torch.cat([trellis_matmul_impl(x2[a:a + SMALL_M], words, scales, table, k, T,
                                               L, axis, code, out_features, in_features)
                           for a in range(0, M, SMALL_M)])
     cols_float = fast and axis == 0 and M >= 3 and not cols_tc
-    if not cols_float and trellis_cuda.available(x2, code, k, L, T, coded, in_features, axis):
+    if not cols_float and int8:
         y = trellis_cuda.matvec(x2, words, scales, code=code, **dims)
     elif fast:
         y = trellis_triton.matvec(x2, words, scales, code=code, **dims)
