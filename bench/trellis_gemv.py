@@ -189,27 +189,22 @@ def main() -> None:
                         "packed_GB_per_s": nbytes / t / 1e9, "fraction_of_copy_bw": nbytes / t / bw,
                         "weights_per_s": out_f * in_f / t, "bf16_cublas_seconds": t_bf[m],
                         "speedup_vs_bf16": t_bf[m] / t, "cfg": cfg, "copies": len(copies)}
+                dc = cfg or {}
                 if axis == 1:  # every rows kernel (the default picks by M), same call
-                    lib = tc.library(k, L, CODE)
-                    case["kernel"] = tc.rows_kernel(lib, m, in_f, T, cfg)
-                    dc = cfg or {}
-                    for kind, c in (("tc", {"tc": True}), ("tc_nopdl", {"tc": True, "pdl": 0}),
-                                    ("mma", {"mma": True}),
-                                    ("dp4a", {**dc, "prequant": True}),
-                                    ("dp4a_nopdl", {**dc, "prequant": True, "pdl": 0}),
-                                    ("dp4a_blockq", {**dc, "prequant": False})):
-                        if kind == "mma" and m == 1:
-                            continue
-                        case[f"{kind}_seconds"] = time_int8(xm, copies, c, **kw)
-                        case[f"{kind}_speedup_vs_bf16"] = t_bf[m] / case[f"{kind}_seconds"]
-                if axis == 0:  # both cols kernels, cols_tc's splits of the inputs, same call
+                    case["kernel"] = tc.rows_kernel(tc.library(k, L, CODE), m, in_f, T, cfg)
+                    kinds = [("tc", {"tc": True}), ("tc_nopdl", {"tc": True, "pdl": 0}),
+                             *([("mma", {"mma": True})] if m > 1 else []),
+                             ("dp4a", {**dc, "prequant": True}),
+                             ("dp4a_nopdl", {**dc, "prequant": True, "pdl": 0}),
+                             ("dp4a_blockq", {**dc, "prequant": False})]
+                else:  # both cols kernels, cols_tc's splits of the inputs, same call
                     case["kernel"] = "cols_tc" if tc.cols_tc_serves(m, cfg) else "cols"
-                    for kind, c in (("cols_dp4a", {**(cfg or {}), "tc": False}),
-                                    ("cols_tc", {"tc": True}),
-                                    *((f"cols_tc_s{sp}", {"tc": True, "splits": sp})
-                                      for sp in (1, 3, 5, 8))):
-                        case[f"{kind}_seconds"] = time_int8(xm, copies, c, **kw)
-                        case[f"{kind}_speedup_vs_bf16"] = t_bf[m] / case[f"{kind}_seconds"]
+                    kinds = [("cols_dp4a", {**dc, "tc": False}), ("cols_tc", {"tc": True}),
+                             *((f"cols_tc_s{sp}", {"tc": True, "splits": sp})
+                               for sp in (1, 3, 5, 8))]
+                for kind, c in kinds:
+                    case[f"{kind}_seconds"] = time_int8(xm, copies, c, **kw)
+                    case[f"{kind}_speedup_vs_bf16"] = t_bf[m] / case[f"{kind}_seconds"]
                 if m <= tk.MAX_M:  # the float-activation Triton kernels, same call
                     case["triton_float_seconds"] = time_triton(xm, copies, **kw)
                     case["speedup_vs_triton_float"] = case["triton_float_seconds"] / t

@@ -297,7 +297,7 @@ def test_streamed_eval_refuses_the_int8_mode(tmp_path, monkeypatch):
                            lambda *a: None)
 
 
-def test_rows_kernel_choice_by_m_and_cfg(monkeypatch):
+def test_rows_kernel_choice_by_m_and_cfg():
     class Lib:  # the kernels' shared-memory needs, in bytes
         def __init__(self, need):
             self.need = need

@@ -159,13 +159,18 @@ def rows_cfg(M: int, cfg: dict | None = None) -> dict:
     return c
 
 
+def _split_rows(nrows: int, splits: int) -> int:
+    """Rows a split takes so that `splits` splits cover nrows: a multiple of 32."""
+    return -(-nrows // (32 * splits)) * 32
+
+
 def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None = None) -> int:
     """Input rows a block takes (a multiple of 32): by default one full wave of
     blocks, no more rows than their splats fit in shared memory."""
     if cfg and "per" in cfg:
         return int(cfg["per"])
     if cfg and "splits" in cfg:
-        per = -(-nrows // (32 * int(cfg["splits"]))) * 32
+        per = _split_rows(nrows, int(cfg["splits"]))
         while per > 32 and lib.tq_gemv_cols_smem(M, per) > SMEM_LIMIT:
             per = -(-(per // 2) // 32) * 32
         return per
@@ -195,7 +200,7 @@ def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None) -> int:
     if "per" in c:
         return int(c["per"])
     splits = int(c.get("splits", 0)) or -(-3 * _sms() // max(1, n_out // 32))
-    return -(-nrows // (32 * splits)) * 32
+    return _split_rows(nrows, splits)
 
 
 @functools.cache
@@ -264,6 +269,14 @@ def _workspace(x: torch.Tensor, in_features: int) -> torch.Tensor:
     return torch.empty(10 * x.shape[0] * (in_features // 32), device=x.device, dtype=torch.int32)
 
 
+def _partials(x: torch.Tensor, rows: int, per: int, out_features: int) -> torch.Tensor:
+    """The cols kernels' per-split sums [splits, M, out] (empty for one split: the
+    kernel writes the output itself)."""
+    splits = -(-rows // per)
+    return torch.empty(splits if splits > 1 else 0, x.shape[0], out_features, device=x.device,
+                       dtype=torch.float32)
+
+
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
            T: int, L: int, axis: int, out_features: int, in_features: int,
            cfg: dict | None = None) -> torch.Tensor:
@@ -306,9 +319,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
         return out
     if cols_tc_serves(M, cfg):
         per = cols_tc_per(rows, out_features, cfg)
-        splits = -(-rows // per)
-        part = torch.empty(splits if splits > 1 else 0, M, out_features, device=x.device,
-                           dtype=torch.float32)
+        part = _partials(x, rows, per, out_features)
         ws = _workspace(x, in_features)
         _check(lib.tq_gemv_cols_tc(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
                                    scales.data_ptr(), ws.data_ptr(), pdl, part.data_ptr(),
@@ -316,9 +327,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
                                    int(c.get("warps", COLS_TC_WARPS)), factor, st), "cols (tc)")
         return out
     per = cols_per(rows, out_features, M, lib, cfg)
-    splits = -(-rows // per)
-    part = torch.empty(splits if splits > 1 else 0, M, out_features, device=x.device,
-                       dtype=torch.float32)
+    part = _partials(x, rows, per, out_features)
     _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
                             scales.data_ptr(), part.data_ptr(), out.data_ptr(), M, rows, nw,
                             out_features, T, per, factor, st), "cols")

@@ -1223,6 +1223,13 @@ int auto_per(int nrows, int n_out, size_t limit) {
     return min(per, max(32, want));
 }
 
+// the splits' partial sums part [splits][count] -> out, in split order (none: the
+// kernel wrote out itself)
+int add_splits(const float* part, float* out, int splits, int count, cudaStream_t st) {
+    if (splits > 1) sum_splits<<<(count + 255) / 256, 256, 0, st>>>(part, out, splits, count);
+    return (int)cudaGetLastError();
+}
+
 template <int M>
 int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* rs, float* part,
                 float* out, int nrows, int nw, int n_out, int ppb, int per, float factor,
@@ -1235,11 +1242,7 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
     cols_kernel<M><<<grid, COLS_WARPS * 32, smem, st>>>(words, x, dtype, rs,
                                                          splits == 1 ? out : part, nrows, nw,
                                                          n_out, ppb, per, factor);
-    if (splits > 1) {
-        const int count = M * n_out;
-        sum_splits<<<(count + 255) / 256, 256, 0, st>>>(part, out, splits, count);
-    }
-    return (int)cudaGetLastError();
+    return add_splits(part, out, splits, M * n_out, st);
 }
 
 template <int M>
@@ -1252,10 +1255,7 @@ int launch_cols_tc(const uint32_t* words, const void* x, int dtype, const __half
     const int rc = launch(cols_tc<M>, dim3(n_out / 32, splits), warps * 32, smem, st, pdl, words,
                           qx.q, qx.gs, qx.gb, splits == 1 ? out : part, nrows, nw, n_out, ppb,
                           per, factor);
-    if (rc || splits == 1) return rc;
-    const int count = M * n_out;
-    sum_splits<<<(count + 255) / 256, 256, 0, st>>>(part, out, splits, count);
-    return (int)cudaGetLastError();
+    return rc ? rc : add_splits(part, out, splits, M * n_out, st);
 }
 
 }  // namespace
