@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--no-eager", action="store_true", help="with --compile: compiled only")
     ap.add_argument("--only", default="", help="variant names, comma-separated")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--profile", action="store_true",
+                    help="also each eager variant's GPU time a token by kernel (torch.profiler)")
     a = ap.parse_args()
     global TAG
     TAG = a.tag
@@ -135,6 +137,8 @@ def main() -> None:
                 tps = graph_tokens_per_s(model)
                 res["variants"][key] = {"tokens_per_s": tps,
                                         "memory_GB": torch.cuda.memory_allocated() / 1e9}
+                if a.profile and not compiled:
+                    res["variants"][key]["profile"] = kernel_profile(model)
             except Exception as e:  # noqa: BLE001 - recorded
                 res["variants"][key] = {"error": f"{type(e).__name__}: {e}"[:400]}
             finally:
@@ -173,6 +177,48 @@ def main() -> None:
 
 
 TAG = ""
+KINDS = (("trellis", ("rows_fused", "rows_tc", "rows_mma", "cols_", "quantize_x",
+                      "sum_splits")),
+         ("int4 tinygemm", ("int4", "tinygemm")),
+         ("bf16 GEMM/GEMV", ("gemm", "gemv", "cutlass", "sm90_", "nvjet", "cublas")),
+         ("attention", ("attention", "flash", "fmha", "sdpa")))
+
+
+def kernel_profile(model, steps: int = 5) -> dict:
+    """GPU time a token by kernel for one-token eager forwards with a static
+    cache: the kernels' own times summed (launch gaps excluded), by kind and the
+    15 largest."""
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=128)
+    with torch.no_grad():
+        model(torch.arange(1, 17, device="cuda")[None], past_key_values=cache,
+              cache_position=torch.arange(16, device="cuda"), use_cache=True)
+        tok = torch.ones(1, 1, dtype=torch.long, device="cuda")
+
+        def step(i: int) -> None:
+            model(tok, past_key_values=cache, cache_position=torch.tensor([16 + i], device="cuda"),
+                  use_cache=True)
+        for i in range(3):
+            step(i)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(3, 3 + steps):
+                step(i)
+            torch.cuda.synchronize()
+    per: dict[str, float] = {}
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", 0.0) or getattr(ev, "cuda_time_total", 0.0)
+        if t > 0 and ev.key:
+            per[ev.key] = per.get(ev.key, 0.0) + t / steps / 1e6  # µs -> s a token
+    kinds: dict[str, float] = {}
+    for name, t in per.items():
+        kind = next((k for k, pats in KINDS if any(p in name.lower() for p in pats)), "other")
+        kinds[kind] = kinds.get(kind, 0.0) + t
+    top = sorted(per.items(), key=lambda kv: -kv[1])[:15]
+    return {"gpu_seconds_per_token": sum(per.values()), "by_kind": kinds,
+            "top": [{"kernel": n[:120], "seconds": t} for n, t in top]}
 
 
 def save(res: dict) -> None:

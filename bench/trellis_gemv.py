@@ -43,6 +43,10 @@ from tqbuild.runtime import trellis_triton as tk  # noqa: E402
 
 SHAPES = [("8192x8192", 8192, 8192, 1), ("gate 17408x5120", 17408, 5120, 1),
           ("down 5120x17408", 5120, 17408, 0)]
+# Llama-3-8B's decoder shapes (bench/decode_8b.py), only when named in --shapes;
+# gateup8b = gate and up stacked, one call (what a fused MLP would launch)
+SHAPES_8B = [("q8b 4096x4096", 4096, 4096, 1), ("gate8b 14336x4096", 14336, 4096, 1),
+             ("gateup8b 28672x4096", 28672, 4096, 1), ("down8b 4096x14336", 4096, 14336, 0)]
 CODE, L, T = "mul1", 12, 256
 TAG = ""
 ROWS_SWEEP = [None, {"RB": 1}, {"RB": 4}, {"rgb": 8}, {"RB": 4, "rgb": 8},
@@ -112,6 +116,7 @@ def main() -> None:
                     help="the variant runs' kernel cfg (JSON), e.g. {\"tc\": true}")
     a = ap.parse_args()
     shapes = [s for s in SHAPES if not a.shapes or s[0].split()[0] in a.shapes.split(",")]
+    shapes += [s for s in SHAPES_8B if s[0].split()[0] in a.shapes.split(",")]
     ms = [int(m) for m in a.ms.split(",")]
     ks = [int(k) for k in a.ks.split(",")]
     global TAG
