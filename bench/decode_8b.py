@@ -16,6 +16,8 @@ transformers. Variants swap the decoder linears in place:
               along its output dim as the recipes do) on the int8-activation
               CUDA kernels, attention affine 4-bit as `affine4`;
   q3-float  — the same with TQBUILD_TRELLIS_ACT=float (the Triton float kernels);
+  q3-fused  — q3 with gate and up stacked into one module (runtime/fused_mlp.py:
+              one kernel call, x quantized once), as the CUDA loaders serve it;
   q3-attn-bf16 — q3's MLP, attention left in bf16 (the MLP's share).
 lm_head stays bf16 in every variant (8-bit in the recipes; the same bytes here
 for all). `--compile`: each variant's forward also through torch.compile
@@ -44,6 +46,7 @@ from hostinfo import host  # noqa: E402
 from trellis_decode import graph_tokens_per_s  # noqa: E402
 
 from tqbuild.runtime import trellis_cuda  # noqa: E402
+from tqbuild.runtime.fused_mlp import fuse_gate_up  # noqa: E402
 from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -167,7 +170,9 @@ def main() -> None:
         os.environ["TQBUILD_TRELLIS_ACT"] = "float"
         run("q3-float")
         os.environ["TQBUILD_TRELLIS_ACT"] = "auto"
-    restore(ATTN)  # the MLP keeps its trellis modules
+        fuse_gate_up(model)  # gate and up in one call from here on
+        run("q3-fused")
+    restore(ATTN)  # the MLP keeps its (fused) trellis modules
     run("q3-attn-bf16")
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})

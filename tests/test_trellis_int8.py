@@ -153,7 +153,8 @@ def _cuda_cases():
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_cuda_int8_kernels_match_the_reference():
     """Fresh random packed tensors: k = 1..4, both axes, both codes, L 12/16,
-    T 64/256/512, M = 1..8, block shapes and row splits varied, fp32/bf16/fp16 x."""
+    T 64/256/512, M = 1..8, block shapes and row splits varied, fp32/bf16/fp16 x;
+    bf16/fp16 outputs equal the float32 output rounded by torch."""
     rng = np.random.default_rng(11)
     trellis_cuda.prebuild(sorted({(c[3], c[1], c[0]) for c in _cuda_cases()}))
     for i, (code, L, T, k, axis, rows, cols, M, cfg) in enumerate(_cuda_cases()):
@@ -171,6 +172,13 @@ def test_cuda_int8_kernels_match_the_reference():
                                 axis=axis, out_features=n_out, in_features=n_in, cfg=cfg)
         err = np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max()
         assert err < 1e-5, (code, L, T, k, axis, rows, cols, M, cfg, err)
+        # the kernel's own rounding to a 16-bit output is torch's .to() of its float32
+        dt = (torch.bfloat16, torch.float16)[i % 2]
+        y16 = trellis_cuda.matvec(xc, torch.from_numpy(words.view(np.int32)).cuda(),
+                                  torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
+                                  axis=axis, out_features=n_out, in_features=n_in, cfg=cfg,
+                                  out_dtype=dt)
+        assert y16.dtype == dt and torch.equal(y16, y.to(dt)), (code, L, T, k, axis, M, cfg)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")

@@ -28,6 +28,7 @@ from ..formats.dequant import entry_for
 from ..io.layout import to_hf
 from ..models import family_for
 from .affine_torch import AffineEmbedding, AffineLinear
+from .fused_mlp import fuse_gate_up
 from .torch_load import read_artifact_tensors
 from .trellis_torch import TrellisLinear
 
@@ -142,6 +143,8 @@ class TqBuildQuantizer(HfQuantizer):
                                                        else None)
             _set(model, hf, new.to(device))
         self._tie_packed_head(model)
+        if device.type == "cuda":
+            fuse_gate_up(model)  # one kernel call for gate and up (the same bits)
         packed = set(self._modules)
         dense = {k: v for k, v in raw.items() if k.rsplit(".", 1)[0] not in packed}
         state = model.state_dict()

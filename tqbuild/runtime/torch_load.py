@@ -18,6 +18,7 @@ from ..formats.trellis import TrellisEntry
 from ..io.layout import to_hf
 from ..models import family_for
 from . import trellis_cuda
+from .fused_mlp import fuse_gate_up
 from .trellis_torch import TrellisLinear
 
 
@@ -114,4 +115,5 @@ def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
         made.append(lin)
     if str(device).startswith("cuda"):
         trellis_cuda.prebuild_for(made)
+        fuse_gate_up(model)  # one kernel call for gate and up (the same bits)
     return len(made)

@@ -53,11 +53,11 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
     dll = nvcc.build(SOURCE, _flags(k, L, code))
     P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
     sig: dict[str, tuple[Any, list[Any]]] = {
-        "tq_gemv_rows_fused": (I, [P, P, P, I, P, P] + [I] * 10 + [F, P]),
-        "tq_gemv_cols": (I, [P, P, I, P, P, P] + [I] * 6 + [F, P]),
-        "tq_gemv_cols_tc": (I, [P, P, I, P, P, I, P, P] + [I] * 7 + [F, P]),
-        "tq_gemv_rows_mma": (I, [P, P, P, I, P] + [I] * 6 + [F, P]),
-        "tq_gemv_rows_tc": (I, [P, P, P, I, P, P] + [I] * 7 + [F, P]),
+        "tq_gemv_rows_fused": (I, [P, P, P, I, P, I, P] + [I] * 10 + [F, P]),
+        "tq_gemv_cols": (I, [P, P, I, P, P, P, I] + [I] * 6 + [F, P]),
+        "tq_gemv_cols_tc": (I, [P, P, I, P, P, I, P, P, I] + [I] * 7 + [F, P]),
+        "tq_gemv_rows_mma": (I, [P, P, P, I, P, I] + [I] * 6 + [F, P]),
+        "tq_gemv_rows_tc": (I, [P, P, P, I, P, I, P] + [I] * 7 + [F, P]),
         "tq_gemv_fused_smem": (Z, [I] * 4),
         "tq_gemv_mma_smem": (Z, [I] * 3),
         "tq_gemv_cols_smem": (Z, [I] * 2),
@@ -264,6 +264,11 @@ def _pdl(device: int) -> bool:
             and torch.cuda.get_device_capability(device) >= (9, 0))
 
 
+def out_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the kernels write for x: x's own where they can, else float32."""
+    return x.dtype if x.dtype in DTYPES else torch.float32
+
+
 def _workspace(x: torch.Tensor, in_features: int) -> torch.Tensor:
     """quantize_x's output: int8 q, scales and −510·Σq of x's groups (10 words a group)."""
     return torch.empty(10 * x.shape[0] * (in_features // 32), device=x.device, dtype=torch.int32)
@@ -279,9 +284,11 @@ def _partials(x: torch.Tensor, rows: int, per: int, out_features: int) -> torch.
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
            T: int, L: int, axis: int, out_features: int, in_features: int,
-           cfg: dict | None = None) -> torch.Tensor:
-    """x [M ≤ 8, in] -> float32 [M, out]; words int32 [rows, nw] (plain layout),
-    scales fp16 [rows]. Call `available()` first (it checks what this assumes)."""
+           cfg: dict | None = None, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """x [M ≤ 8, in] -> [M, out] in out_dtype (float32, bfloat16 or float16: the
+    kernel rounds its float32 sums once, as .to() would); words int32 [rows, nw]
+    (plain layout), scales fp16 [rows]. Call `available()` first (it checks what
+    this assumes)."""
     lib = library(k, L, code)
     assert lib is not None
     M = x.shape[0]
@@ -289,7 +296,8 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     if x.dtype not in DTYPES:
         x = x.float()
     x = x.contiguous()
-    out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
+    out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
+    odt = DTYPES[out_dtype]
     factor = 1.0 / BYTESUM_DIV
     st = _stream(x)
     kind = rows_kernel(lib, M, in_features, T, cfg) if axis == 1 else "cols"
@@ -298,21 +306,21 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     if kind == "tc":
         ws = _workspace(x, in_features)
         _check(lib.tq_gemv_rows_tc(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
-                                   DTYPES[x.dtype], out.data_ptr(), ws.data_ptr(), pdl, M, rows,
-                                   nw, in_features, T, int(c.get("warps", TC_WARPS)), factor,
+                                   DTYPES[x.dtype], out.data_ptr(), odt, ws.data_ptr(), pdl, M,
+                                   rows, nw, in_features, T, int(c.get("warps", TC_WARPS)), factor,
                                    st), "rows (tc)")
         return out
     if kind == "mma":
         w = int(c.get("warps", MMA_WARPS))
         _check(lib.tq_gemv_rows_mma(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
-                                    DTYPES[x.dtype], out.data_ptr(), M, rows, nw, in_features,
-                                    T, w, factor, st), "rows (mma)")
+                                    DTYPES[x.dtype], out.data_ptr(), odt, M, rows, nw,
+                                    in_features, T, w, factor, st), "rows (mma)")
         return out
     if kind == "dp4a":
         r = rows_cfg(M, cfg)
         qx = _workspace(x, in_features) if r["prequant"] else None
         _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
-                                      DTYPES[x.dtype], out.data_ptr(),
+                                      DTYPES[x.dtype], out.data_ptr(), odt,
                                       None if qx is None else qx.data_ptr(), pdl, M, rows, nw,
                                       in_features, T, r["RB"], r["warps"], r["rgb"], r["bps"],
                                       factor, st), "rows")
@@ -323,12 +331,12 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
         ws = _workspace(x, in_features)
         _check(lib.tq_gemv_cols_tc(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
                                    scales.data_ptr(), ws.data_ptr(), pdl, part.data_ptr(),
-                                   out.data_ptr(), M, rows, nw, out_features, T, per,
+                                   out.data_ptr(), odt, M, rows, nw, out_features, T, per,
                                    int(c.get("warps", COLS_TC_WARPS)), factor, st), "cols (tc)")
         return out
     per = cols_per(rows, out_features, M, lib, cfg)
     part = _partials(x, rows, per, out_features)
     _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
-                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), M, rows, nw,
+                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, M, rows, nw,
                             out_features, T, per, factor, st), "cols")
     return out

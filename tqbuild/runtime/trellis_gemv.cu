@@ -69,6 +69,15 @@ __device__ __forceinline__ uint32_t code_hash(uint32_t s) {
 #endif
 }
 
+// an output buffer and its dtype (as x's: 0 float32, 1 bfloat16, 2 float16): the
+// kernels round their float32 results once, as torch's .to() would (RNE)
+struct Out { void* p; int dt; };
+__device__ __forceinline__ void put(Out o, size_t i, float v) {
+    if (o.dt == 1) reinterpret_cast<__nv_bfloat16*>(o.p)[i] = __float2bfloat16_rn(v);
+    else if (o.dt == 2) reinterpret_cast<__half*>(o.p)[i] = __float2half_rn(v);
+    else reinterpret_cast<float*>(o.p)[i] = v;
+}
+
 // acc + Σ_b unsigned byte b of h · signed byte b of q
 __device__ __forceinline__ int dp4a_us(uint32_t h, int q, int acc) {
     int d;
@@ -354,7 +363,7 @@ template <int M, int RB>
 __global__ void __launch_bounds__(512) rows_fused(
     const uint32_t* __restrict__ words, const __half* __restrict__ scales, const void* x,
     int dtype, const uint32_t* __restrict__ qw, const float* __restrict__ gs,
-    const int* __restrict__ gb, float* __restrict__ out, int rows, int nw, int n, int ppb,
+    const int* __restrict__ gb, Out out, int rows, int nw, int n, int ppb,
     int wpr, float factor) {
     // qw: x quantized by quantize_x (then expanded here, after its words are asked
     // for); null: the block quantizes x itself.
@@ -428,7 +437,7 @@ __global__ void __launch_bounds__(512) rows_fused(
 #pragma unroll
                 for (int i = e0; i < RB * M && i < e0 + 32; ++i) v = i == e ? facc[i / M][i % M] : v;
                 if (e < RB * M && rb0 + rg < nrb && row < rows)
-                    out[(size_t)m * rows + row] = v * __half2float(scales[row]) * factor;
+                    put(out, (size_t)m * rows + row, v * __half2float(scales[row]) * factor);
             }
             continue;
         }
@@ -446,7 +455,7 @@ __global__ void __launch_bounds__(512) rows_fused(
             float v = 0.f;
             for (int i = 0; i < wpr; ++i) v += red[(g2 * wpr + i) * RB * M + e];
             if (rb0 + g2 < nrb && row < rows)
-                out[(size_t)m * rows + row] = v * __half2float(scales[row]) * factor;
+                put(out, (size_t)m * rows + row, v * __half2float(scales[row]) * factor);
         }
         __syncthreads();
     }
@@ -493,7 +502,7 @@ constexpr int TL = 2;  // rows_mma: 16-row tiles a warp decodes per period
 template <int M>
 __global__ void __launch_bounds__(256) rows_mma(
     const uint32_t* __restrict__ words, const __half* __restrict__ scales, const void* x,
-    int dtype, float* __restrict__ out, int rows, int nw, int n, int ppb, float factor) {
+    int dtype, Out out, int rows, int nw, int n, int ppb, float factor) {
     extern __shared__ int4 smem4[];
     int* smem = reinterpret_cast<int*>(smem4);
     constexpr int GS = 12;  // int8 q, 12 ints a group (as rows_fused at M > 1)
@@ -585,7 +594,7 @@ __global__ void __launch_bounds__(256) rows_mma(
             float v = 0.f;
             for (int w = 0; w < nwarps; ++w) v += red[((w * TL + j) * 32 + ln) * 4 + i];
             const int row = tile * 16 * TL + r;
-            if (row < rows) out[(size_t)m * rows + row] = v * __half2float(scales[row]) * factor;
+            if (row < rows) put(out, (size_t)m * rows + row, v * __half2float(scales[row]) * factor);
         }
         __syncthreads();
     }
@@ -645,7 +654,7 @@ template <int M>
 __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_tc(
     const uint32_t* __restrict__ words, const __half* __restrict__ scales,
     const uint32_t* __restrict__ qw, const float* __restrict__ gs, const int* __restrict__ gb,
-    float* __restrict__ out, int rows, int nw, int n, int ppb, float factor) {
+    Out out, int rows, int nw, int n, int ppb, float factor) {
     constexpr int TL = tc_tl(M), NB = (M + 1) / 2, RT = 16 * TL;
     constexpr bool QPRE = NB <= 2;
     using Round = TcRound<TL, NB, QPRE>;
@@ -803,7 +812,7 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
                              (rt >> 3) * 2 + (col & 1)];
                 }
             const int row = tile * RT + r;
-            if (row < rows) out[(size_t)m * rows + row] = s * __half2float(scales[row]) * factor;
+            if (row < rows) put(out, (size_t)m * rows + row, s * __half2float(scales[row]) * factor);
         }
         __syncthreads();
     }
@@ -904,7 +913,7 @@ __host__ __device__ constexpr size_t cols_smem(int M, int per) {
 template <int M>
 __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     const uint32_t* __restrict__ words, const void* x, int dtype,
-    const __half* __restrict__ rs, float* __restrict__ dst, int nrows, int nw, int n_out,
+    const __half* __restrict__ rs, Out dst, int nrows, int nw, int n_out,
     int ppb, int per, float factor) {
     constexpr int VPT = vpt_for(M), S = 32 / VPT, RG = COLS_WARPS / S;
     extern __shared__ int4 smem4[];
@@ -958,7 +967,7 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
 #undef TQ_SUB
     __syncthreads();
     // sum the RG row groups in order; thread t: (weight v, input row m, lane) triples
-    float* out = dst + (size_t)blockIdx.y * M * n_out;
+    const size_t o0 = (size_t)blockIdx.y * M * n_out;  // this split's partial sums
     for (int e = threadIdx.x; e < 32 * M * 32; e += COLS_WARPS * 32) {
         const int ln = e & 31, vm = e >> 5, v = vm / M, m = vm % M;
         float s = 0.f;
@@ -967,7 +976,7 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
         if (pp < ngo) {
             const int pb = pp & (ppb - 1);
             const int col0 = (pp - pb) * 32 + (ppb - 1 - pb) * 32 + 31;
-            out[(size_t)m * n_out + col0 - v] = s * factor;
+            put(dst, o0 + (size_t)m * n_out + col0 - v, s * factor);
         }
     }
 }
@@ -992,7 +1001,7 @@ struct ColsTcGroup {
 template <int M>
 __global__ void __launch_bounds__(256) cols_tc(
     const uint32_t* __restrict__ words, const uint32_t* __restrict__ qw,
-    const float* __restrict__ gs, const int* __restrict__ gb, float* __restrict__ dst,
+    const float* __restrict__ gs, const int* __restrict__ gb, Out dst,
     int nrows, int nw, int n_out, int ppb, int per, float factor) {
     extern __shared__ float red[];  // [warps][2 tiles][32 lanes][4]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -1073,24 +1082,24 @@ __global__ void __launch_bounds__(256) cols_tc(
         for (int i = 0; i < 4; ++i) red[((warp * 2 + j) * 32 + lane) * 4 + i] = f[j][i];
     __syncthreads();
     // output (weight v of the period, token m): the warps' sums in order
-    float* out = dst + (size_t)blockIdx.y * M * n_out;
+    const size_t o0 = (size_t)blockIdx.y * M * n_out;  // this split's partial sums
     const int pb = pp & (ppb - 1), col0 = (pp - pb) * 32 + (ppb - 1 - pb) * 32 + 31;
     for (int e = threadIdx.x; e < 32 * M; e += blockDim.x) {
         const int v = e / M, m = e - v * M;
         const int ln = (v >> 2) * 4 + (m >> 1), j = (v >> 1) & 1, i = (v & 1) * 2 + (m & 1);
         float sum = 0.f;
         for (int w = 0; w < nwarps; ++w) sum += red[((w * 2 + j) * 32 + ln) * 4 + i];
-        out[(size_t)m * n_out + col0 - v] = sum * factor;
+        put(dst, o0 + (size_t)m * n_out + col0 - v, sum * factor);
     }
 }
 
-__global__ void sum_splits(const float* __restrict__ part, float* __restrict__ out, int splits,
+__global__ void sum_splits(const float* __restrict__ part, Out out, int splits,
                            int count) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     float s = 0.f;
     for (int j = 0; j < splits; ++j) s += part[(size_t)j * count + i];
-    out[i] = s;
+    put(out, i, s);
 }
 
 int sm_count() {
@@ -1148,7 +1157,7 @@ Quantized quantize(const void* x, int dtype, int M, int n, uint32_t* ws, cudaStr
 
 template <int M>
 int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x, int dtype,
-                      uint32_t* ws, bool pdl, float* out, int rows, int nw, int n, int ppb,
+                      uint32_t* ws, bool pdl, Out out, int rows, int nw, int n, int ppb,
                       int rb, int wpr, int rgb, int blocks_per_sm, float factor,
                       cudaStream_t st) {
     const Quantized qx = ws ? quantize(x, dtype, M, n, ws, st) : Quantized{};
@@ -1176,7 +1185,7 @@ size_t mma_smem(int M, int n, int warps) {
 
 template <int M>
 int launch_rows_mma(const uint32_t* words, const __half* scales, const void* x, int dtype,
-                    float* out, int rows, int nw, int n, int ppb, int warps, float factor,
+                    Out out, int rows, int nw, int n, int ppb, int warps, float factor,
                     cudaStream_t st) {
     const size_t smem = mma_smem(M, n, warps);
     static size_t allowed = 48 * 1024;
@@ -1195,7 +1204,7 @@ size_t tc_smem(int M, int warps) {
 
 template <int M>
 int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, int dtype,
-                   float* out, uint32_t* ws, bool pdl, int rows, int nw, int n, int ppb,
+                   Out out, uint32_t* ws, bool pdl, int rows, int nw, int n, int ppb,
                    int warps, float factor, cudaStream_t st) {
     const Quantized qx = quantize(x, dtype, M, n, ws, st);
     const size_t smem = tc_smem(M, warps);
@@ -1225,14 +1234,14 @@ int auto_per(int nrows, int n_out, size_t limit) {
 
 // the splits' partial sums part [splits][count] -> out, in split order (none: the
 // kernel wrote out itself)
-int add_splits(const float* part, float* out, int splits, int count, cudaStream_t st) {
+int add_splits(const float* part, Out out, int splits, int count, cudaStream_t st) {
     if (splits > 1) sum_splits<<<(count + 255) / 256, 256, 0, st>>>(part, out, splits, count);
     return (int)cudaGetLastError();
 }
 
 template <int M>
 int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* rs, float* part,
-                float* out, int nrows, int nw, int n_out, int ppb, int per, float factor,
+                Out out, int nrows, int nw, int n_out, int ppb, int per, float factor,
                 cudaStream_t st) {
     const size_t smem = cols_smem(M, per);
     static size_t allowed = 48 * 1024;
@@ -1240,20 +1249,22 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
     const int splits = (nrows + per - 1) / per;
     dim3 grid((n_out / 32 + 31) / 32, splits);
     cols_kernel<M><<<grid, COLS_WARPS * 32, smem, st>>>(words, x, dtype, rs,
-                                                         splits == 1 ? out : part, nrows, nw,
+                                                         splits == 1 ? out : Out{part, 0},
+                                                         nrows, nw,
                                                          n_out, ppb, per, factor);
     return add_splits(part, out, splits, M * n_out, st);
 }
 
 template <int M>
 int launch_cols_tc(const uint32_t* words, const void* x, int dtype, const __half* rs,
-                   uint32_t* ws, bool pdl, float* part, float* out, int nrows, int nw,
+                   uint32_t* ws, bool pdl, float* part, Out out, int nrows, int nw,
                    int n_out, int ppb, int per, int warps, float factor, cudaStream_t st) {
     const Quantized qx = quantize(x, dtype, M, nrows, ws, st, rs);
     const int splits = (nrows + per - 1) / per;
     const size_t smem = (size_t)warps * 2 * 32 * 4 * sizeof(float);
     const int rc = launch(cols_tc<M>, dim3(n_out / 32, splits), warps * 32, smem, st, pdl, words,
-                          qx.q, qx.gs, qx.gb, splits == 1 ? out : part, nrows, nw, n_out, ppb,
+                          qx.q, qx.gs, qx.gb, splits == 1 ? out : Out{part, 0}, nrows, nw,
+                          n_out, ppb,
                           per, factor);
     return rc ? rc : add_splits(part, out, splits, M * n_out, st);
 }
@@ -1266,7 +1277,7 @@ extern "C" {
 // block, or first by quantize_x into `ws` (10·M·n/32 words) where ws is not null
 // (the rows kernel then launched with programmatic dependent launch where `pdl`)
 int tq_gemv_rows_fused(const void* words, const void* scales, const void* x, int dtype,
-                       float* out, void* ws, int pdl, int M, int rows, int nw, int n, int T,
+                       void* out, int odt, void* ws, int pdl, int M, int rows, int nw, int n, int T,
                        int rb, int wpr, int rgb, int blocks_per_sm, float factor,
                        void* stream) {
     const uint32_t* w = (const uint32_t*)words;
@@ -1274,7 +1285,7 @@ int tq_gemv_rows_fused(const void* words, const void* scales, const void* x, int
     const int ppb = T / 32;
     cudaStream_t st = (cudaStream_t)stream;
 #define TQ_M(X) case X: return launch_rows_fused<X>(w, s, x, dtype, (uint32_t*)ws, pdl != 0, \
-        out, rows, nw, n, ppb, rb, wpr, rgb, blocks_per_sm, factor, st);
+        Out{out, odt}, rows, nw, n, ppb, rb, wpr, rgb, blocks_per_sm, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -1;
@@ -1284,12 +1295,12 @@ size_t tq_gemv_fused_smem(int M, int n, int rb, int warps) { return fused_smem(M
 
 // rows on the tensor cores (M ≤ 8), x as tq_gemv_rows_fused
 int tq_gemv_rows_mma(const void* words, const void* scales, const void* x, int dtype,
-                     float* out, int M, int rows, int nw, int n, int T, int warps, float factor,
+                     void* out, int odt, int M, int rows, int nw, int n, int T, int warps, float factor,
                      void* stream) {
     const uint32_t* w = (const uint32_t*)words;
     const __half* s = (const __half*)scales;
     cudaStream_t st = (cudaStream_t)stream;
-#define TQ_M(X) case X: return launch_rows_mma<X>(w, s, x, dtype, out, rows, nw, n, T / 32, \
+#define TQ_M(X) case X: return launch_rows_mma<X>(w, s, x, dtype, Out{out, odt}, rows, nw, n, T / 32, \
         warps, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
@@ -1302,7 +1313,7 @@ size_t tq_gemv_mma_smem(int M, int n, int warps) { return mma_smem(M, n, warps);
 // kernel launched with programmatic dependent launch where `pdl`); whole rounds of
 // 4 periods (n/32 and T/32 multiples of 4)
 int tq_gemv_rows_tc(const void* words, const void* scales, const void* x, int dtype,
-                    float* out, void* ws, int pdl, int M, int rows, int nw, int n, int T,
+                    void* out, int odt, void* ws, int pdl, int M, int rows, int nw, int n, int T,
                     int warps, float factor, void* stream) {
     const uint32_t* w = (const uint32_t*)words;
     const __half* s = (const __half*)scales;
@@ -1310,7 +1321,7 @@ int tq_gemv_rows_tc(const void* words, const void* scales, const void* x, int dt
     const int ppb = T / 32;
     cudaStream_t st = (cudaStream_t)stream;
     if ((n >> 5) % 4 || ppb % 4 || warps < 1 || warps > 8) return -2;
-#define TQ_M(X) case X: return launch_rows_tc<X>(w, s, x, dtype, out, q, pdl != 0, rows, nw, \
+#define TQ_M(X) case X: return launch_rows_tc<X>(w, s, x, dtype, Out{out, odt}, q, pdl != 0, rows, nw, \
         n, ppb, warps, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
@@ -1321,14 +1332,14 @@ int tq_gemv_rows_tc(const void* words, const void* scales, const void* x, int dt
 // `per` input rows a block (a multiple of 32), part [splits, M, n_out] when
 // nrows > per
 int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, float* part,
-                 float* out, int M, int nrows, int nw, int n_out, int T, int per, float factor,
+                 void* out, int odt, int M, int nrows, int nw, int n_out, int T, int per, float factor,
                  void* stream) {
     const uint32_t* w = (const uint32_t*)words;
     const __half* r = (const __half*)rs;
     const int ppb = T / 32;
     cudaStream_t st = (cudaStream_t)stream;
     if (per % 32) return -1;
-#define TQ_M(X) case X: return launch_cols<X>(w, x, dtype, r, part, out, nrows, nw, n_out, ppb, \
+#define TQ_M(X) case X: return launch_cols<X>(w, x, dtype, r, part, Out{out, odt}, nrows, nw, n_out, ppb, \
         per, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
@@ -1339,15 +1350,15 @@ int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, fl
 // (10·M·nrows/32 words; cols_tc launched with programmatic dependent launch where
 // `pdl`); nrows and n_out multiples of 32, `per` a multiple of 32
 int tq_gemv_cols_tc(const void* words, const void* x, int dtype, const void* rs, void* ws,
-                    int pdl, float* part, float* out, int M, int nrows, int nw, int n_out, int T,
+                    int pdl, float* part, void* out, int odt, int M, int nrows, int nw, int n_out, int T,
                     int per, int warps, float factor, void* stream) {
     const uint32_t* w = (const uint32_t*)words;
     const __half* r = (const __half*)rs;
     uint32_t* q = (uint32_t*)ws;
     cudaStream_t st = (cudaStream_t)stream;
     if (per % 32 || nrows % 32 || n_out % 32 || warps < 1 || warps > 8) return -2;
-#define TQ_M(X) case X: return launch_cols_tc<X>(w, x, dtype, r, q, pdl != 0, part, out, nrows, \
-        nw, n_out, T / 32, per, warps, factor, st);
+#define TQ_M(X) case X: return launch_cols_tc<X>(w, x, dtype, r, q, pdl != 0, part, \
+        Out{out, odt}, nrows, nw, n_out, T / 32, per, warps, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -2;

@@ -220,8 +220,9 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
                                               L, axis, code, out_features, in_features)
                           for a in range(0, M, SMALL_M)])
     cols_float = fast and axis == 0 and M >= 3 and not cols_tc
-    if not cols_float and int8:
-        y = trellis_cuda.matvec(x2, words, scales, code=code, **dims)
+    if not cols_float and int8:  # the kernel writes x's dtype itself (no extra cast)
+        y = trellis_cuda.matvec(x2, words, scales, code=code, out_dtype=trellis_cuda.out_dtype(x2),
+                                **dims)
     elif fast:
         y = trellis_triton.matvec(x2, words, scales, code=code, **dims)
     elif small:
