@@ -18,7 +18,7 @@ from tqbuild.runtime import trellis_cuda as tc
 cases = [(k, L, c) for c in ('mul1', '1mad') for k in (1, 2, 3, 4) for L in (12, 16)]
 tc.prebuild(cases); print('built', len(tc._libs), 'failed', tc._failed, round(time.time() - t, 1), 's')" ;;
     tests) timeout "${TESTS_S:-240}" python -m pytest -q tests/test_trellis_int8.py \
-             tests/test_runtime_torch.py -k "cuda and not triton_kernels" 2>&1 \
+             tests/test_runtime_torch.py tests/test_fused_mlp.py -k "cuda and not triton_kernels" 2>&1 \
              | tee "$OUT/pytest.log" | tail -30 ;;
     gemv) timeout "${GEMV_S:-300}" python bench/trellis_gemv.py 2>&1 | tee "$OUT/gemv.log" | cut -c1-300
           cp bench/results/trellis_gemv-cuda.json "$OUT/" ;;

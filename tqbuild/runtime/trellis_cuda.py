@@ -54,7 +54,7 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
     P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
     sig: dict[str, tuple[Any, list[Any]]] = {
         "tq_gemv_rows_fused": (I, [P, P, P, I, P, I, P] + [I] * 10 + [F, P]),
-        "tq_gemv_cols": (I, [P, P, I, P, P, P, I] + [I] * 6 + [F, P]),
+        "tq_gemv_cols": (I, [P, P, I, P, P, P, I, I] + [I] * 6 + [F, P]),
         "tq_gemv_cols_tc": (I, [P, P, I, P, P, I, P, P, I] + [I] * 7 + [F, P]),
         "tq_gemv_rows_mma": (I, [P, P, P, I, P, I] + [I] * 6 + [F, P]),
         "tq_gemv_rows_tc": (I, [P, P, P, I, P, I, P] + [I] * 7 + [F, P]),
@@ -337,6 +337,6 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     per = cols_per(rows, out_features, M, lib, cfg)
     part = _partials(x, rows, per, out_features)
     _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
-                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, M, rows, nw,
-                            out_features, T, per, factor, st), "cols")
+                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, pdl, M, rows,
+                            nw, out_features, T, per, factor, st), "cols")
     return out

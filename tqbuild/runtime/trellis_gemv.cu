@@ -915,6 +915,7 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     const uint32_t* __restrict__ words, const void* x, int dtype,
     const __half* __restrict__ rs, Out dst, int nrows, int nw, int n_out,
     int ppb, int per, float factor) {
+    pdl_trigger();  // sum_splits may start (it waits for this grid)
     constexpr int VPT = vpt_for(M), S = 32 / VPT, RG = COLS_WARPS / S;
     extern __shared__ int4 smem4[];
     float* red = reinterpret_cast<float*>(smem4);  // [RG][32][M][32]
@@ -1003,6 +1004,7 @@ __global__ void __launch_bounds__(256) cols_tc(
     const uint32_t* __restrict__ words, const uint32_t* __restrict__ qw,
     const float* __restrict__ gs, const int* __restrict__ gb, Out dst,
     int nrows, int nw, int n_out, int ppb, int per, float factor) {
+    pdl_trigger();  // sum_splits may start (it waits for this grid)
     extern __shared__ float red[];  // [warps][2 tiles][32 lanes][4]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -1095,6 +1097,7 @@ __global__ void __launch_bounds__(256) cols_tc(
 
 __global__ void sum_splits(const float* __restrict__ part, Out out, int splits,
                            int count) {
+    pdl_wait();  // the cols kernel's partial sums
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     float s = 0.f;
@@ -1234,15 +1237,15 @@ int auto_per(int nrows, int n_out, size_t limit) {
 
 // the splits' partial sums part [splits][count] -> out, in split order (none: the
 // kernel wrote out itself)
-int add_splits(const float* part, Out out, int splits, int count, cudaStream_t st) {
-    if (splits > 1) sum_splits<<<(count + 255) / 256, 256, 0, st>>>(part, out, splits, count);
-    return (int)cudaGetLastError();
+int add_splits(const float* part, Out out, int splits, int count, cudaStream_t st, bool pdl) {
+    if (splits <= 1) return (int)cudaGetLastError();
+    return launch(sum_splits, (count + 255) / 256, 256, 0, st, pdl, part, out, splits, count);
 }
 
 template <int M>
 int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* rs, float* part,
-                Out out, int nrows, int nw, int n_out, int ppb, int per, float factor,
-                cudaStream_t st) {
+                Out out, int nrows, int nw, int n_out, int ppb, int per, bool pdl,
+                float factor, cudaStream_t st) {
     const size_t smem = cols_smem(M, per);
     static size_t allowed = 48 * 1024;
     allow_smem(cols_kernel<M>, smem, allowed);
@@ -1252,7 +1255,7 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
                                                          splits == 1 ? out : Out{part, 0},
                                                          nrows, nw,
                                                          n_out, ppb, per, factor);
-    return add_splits(part, out, splits, M * n_out, st);
+    return add_splits(part, out, splits, M * n_out, st, pdl);
 }
 
 template <int M>
@@ -1266,7 +1269,7 @@ int launch_cols_tc(const uint32_t* words, const void* x, int dtype, const __half
                           qx.q, qx.gs, qx.gb, splits == 1 ? out : Out{part, 0}, nrows, nw,
                           n_out, ppb,
                           per, factor);
-    return rc ? rc : add_splits(part, out, splits, M * n_out, st);
+    return rc ? rc : add_splits(part, out, splits, M * n_out, st, pdl);
 }
 
 }  // namespace
@@ -1330,17 +1333,17 @@ int tq_gemv_rows_tc(const void* words, const void* scales, const void* x, int dt
 
 // cols: x [M, nrows] (dtype as tq_gemv_rows_fused), rs the stored rows' fp16 scales;
 // `per` input rows a block (a multiple of 32), part [splits, M, n_out] when
-// nrows > per
+// nrows > per (their sum launched with programmatic dependent launch where `pdl`)
 int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, float* part,
-                 void* out, int odt, int M, int nrows, int nw, int n_out, int T, int per, float factor,
-                 void* stream) {
+                 void* out, int odt, int pdl, int M, int nrows, int nw, int n_out, int T,
+                 int per, float factor, void* stream) {
     const uint32_t* w = (const uint32_t*)words;
     const __half* r = (const __half*)rs;
     const int ppb = T / 32;
     cudaStream_t st = (cudaStream_t)stream;
     if (per % 32) return -1;
-#define TQ_M(X) case X: return launch_cols<X>(w, x, dtype, r, part, Out{out, odt}, nrows, nw, n_out, ppb, \
-        per, factor, st);
+#define TQ_M(X) case X: return launch_cols<X>(w, x, dtype, r, part, Out{out, odt}, nrows, nw, \
+        n_out, ppb, per, pdl != 0, factor, st);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -1;
