@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="variant names, comma-separated")
     ap.add_argument("--tag", default="")
     ap.add_argument("--profile", action="store_true",
-                    help="also each eager variant's GPU time a token by kernel (torch.profiler)")
+                    help="also each variant's GPU time a token by kernel (torch.profiler)")
     a = ap.parse_args()
     global TAG
     TAG = a.tag
@@ -140,7 +140,7 @@ def main() -> None:
                 tps = graph_tokens_per_s(model)
                 res["variants"][key] = {"tokens_per_s": tps,
                                         "memory_GB": torch.cuda.memory_allocated() / 1e9}
-                if a.profile and not compiled:
+                if a.profile:
                     res["variants"][key]["profile"] = kernel_profile(model)
             except Exception as e:  # noqa: BLE001 - recorded
                 res["variants"][key] = {"error": f"{type(e).__name__}: {e}"[:400]}
