@@ -186,7 +186,8 @@ KINDS = (("trellis", ("rows_fused", "rows_tc", "rows_mma", "cols_", "quantize_x"
                       "sum_splits")),
          ("int4 tinygemm", ("int4", "tinygemm")),
          ("bf16 GEMM/GEMV", ("gemm", "gemv", "cutlass", "sm90_", "nvjet", "cublas")),
-         ("attention", ("attention", "flash", "fmha", "sdpa")))
+         ("attention", ("attention", "flash", "fmha", "sdpa")),
+         ("inductor fused elementwise", ("triton_",)))
 
 
 def kernel_profile(model, steps: int = 5) -> dict:
