@@ -77,6 +77,6 @@ def test_fused_mlp_gives_the_same_bits_on_the_cuda_kernels():
     gate_up = [torch.cat([mlp.gate_proj(x), mlp.up_proj(x)], -1) for x in xs]
     want = [model(x) for x in xs]
     assert fused_mlp.fuse_gate_up(model) == 1
-    for x, gu, w in zip(xs, gate_up, want):
+    for x, gu, w in zip(xs, gate_up, want, strict=True):
         assert torch.equal(model[0].gate_up_proj(x), gu), x.shape
         assert torch.equal(model(x), w), x.shape
