@@ -14,6 +14,7 @@ depend on the rows beside it), so the int8 CUDA kernels give the same bits.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import os
 import textwrap
@@ -29,11 +30,15 @@ _BODIES = ({f"down_proj = {_GATED}", "return down_proj"}, {f"return {_GATED}"})
 
 
 def _is_gated_mlp(module: nn.Module) -> bool:
-    """Whether module's forward(self, x) is exactly the gated MLP (read from its source)."""
-    if not all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
-        return False
+    return all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")) \
+        and _gated_forward(type(module))
+
+
+@functools.cache
+def _gated_forward(cls: type) -> bool:
+    """Whether cls.forward(self, x) is exactly the gated MLP (read from its source)."""
     try:
-        fn = ast.parse(textwrap.dedent(inspect.getsource(type(module).forward))).body[0]
+        fn = ast.parse(textwrap.dedent(inspect.getsource(cls.forward))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         return False
     if not isinstance(fn, ast.FunctionDef) or [a.arg for a in fn.args.args] != ["self", "x"]:
