@@ -196,7 +196,8 @@ def main() -> None:
                         "speedup_vs_bf16": t_bf[m] / t, "cfg": cfg, "copies": len(copies)}
                 dc = cfg or {}
                 if axis == 1:  # every rows kernel (the default picks by M), same call
-                    case["kernel"] = tc.rows_kernel(tc.library(k, L, CODE), m, in_f, T, cfg)
+                    case["kernel"] = tc.rows_kernel(tc.library(k, L, CODE), m, in_f, T, cfg,
+                                                    out_f)
                     kinds = [("tc", {"tc": True}), ("tc_nopdl", {"tc": True, "pdl": 0}),
                              *([("mma", {"mma": True})] if m > 1 else []),
                              ("dp4a", {**dc, "prequant": True}),

@@ -326,6 +326,10 @@ def test_rows_kernel_choice_by_m_and_cfg():
     assert pick(small, t, 4064, 256, None) == "dp4a"  # 127 groups of inputs
     assert pick(small, m - 1, 4096, 256, None) == ("tc" if m - 1 <= t else "dp4a")
     assert pick(small, m, 4096, 256, None) == "mma"
+    rt = trellis_cuda.TC_ROWS_UP_TO  # from MMA_FROM_M: rows_tc for the smaller row counts
+    assert pick(small, m, 4096, 256, None, rt) == "tc"
+    assert pick(small, 8, 4096, 256, None, rt + 1) == "mma"
+    assert pick(small, 8, 4064, 256, None, rt) == "mma"  # rows_tc's geometry refuses
     assert pick(small, 8, 4096, 256, {"RB": 1}) == "dp4a"  # a rows cfg: dp4a kernel
     assert pick(small, 8, 4096, 256, {"prequant": False}) == "dp4a"
     assert pick(small, 2, 4096, 256, {"pdl": 0}) == "tc"  # the launch mode alone: default

@@ -216,6 +216,9 @@ TC_MS = range(2, 5)  # rows_tc (tensor cores, x quantized once) by default at th
 # k = 3: M = 2 23.6 / 34.2 µs vs dp4a 25.7 / 35.5 on 8192² / 17408 × 5120, M = 4 32.5 / 45.7
 # vs 35.9 / 49.6; M = 1 23 / 34 vs 17 / 24: dp4a; bench/results/trellis_gemv-cuda-tc2*.json)
 TC_WARPS = 8
+TC_ROWS_UP_TO = 8192  # from MMA_FROM_M, rows_tc still for up to this many output rows (H200,
+# k = 3, M = 8: 4096² 17.2 µs vs mma 22.3, 8192² 53.5 vs 58.7; 14336 × 4096 53.8 vs 45.3,
+# 17408 × 5120 76.6 vs 66.2, 28672 × 4096 93.7 vs 75.5; trellis_gemv-cuda-r6.json, -r4.json)
 
 
 @functools.cache
@@ -230,12 +233,14 @@ def tc_ok(M: int, in_features: int, T: int) -> bool:
     return M <= MAX_M and (in_features // 32) % 4 == 0 and (T // 32) % 4 == 0
 
 
-def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | None) -> str:
+def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | None,
+                rows: int = 0) -> str:
     """Which rows kernel serves: "tc", "mma" or "dp4a". An explicit cfg["tc"] or
     cfg["mma"] wins (an error where its geometry or shared memory does not allow it);
     any other cfg (but `pdl` alone) picks the dp4a kernel; without one, rows_tc at TC_MS where
-    its geometry allows, the old tensor-core kernel from MMA_FROM_M where x fits, else
-    the dp4a kernel (rows_tc where x does not fit the dp4a kernel's shared memory)."""
+    its geometry allows (and from MMA_FROM_M for up to TC_ROWS_UP_TO output rows), the old
+    tensor-core kernel from MMA_FROM_M where x fits, else the dp4a kernel (rows_tc where x
+    does not fit the dp4a kernel's shared memory)."""
     c = cfg or {}
     if c.get("tc"):
         if not tc_ok(M, in_features, T):
@@ -250,7 +255,7 @@ def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | 
                              "memory")
         return "mma"
     tc = tc_ok(M, in_features, T)
-    if tc and M in TC_MS:
+    if tc and (M in TC_MS or M >= MMA_FROM_M and 0 < rows <= TC_ROWS_UP_TO):
         return "tc"
     if M >= MMA_FROM_M and _mma_fits(lib, M, in_features, MMA_WARPS):
         return "mma"
@@ -300,7 +305,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     odt = DTYPES[out_dtype]
     factor = 1.0 / BYTESUM_DIV
     st = _stream(x)
-    kind = rows_kernel(lib, M, in_features, T, cfg) if axis == 1 else "cols"
+    kind = rows_kernel(lib, M, in_features, T, cfg, rows) if axis == 1 else "cols"
     c = cfg or {}
     pdl = int(c.get("pdl", _pdl(x.device.index or 0)))
     if kind == "tc":
