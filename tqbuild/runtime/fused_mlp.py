@@ -18,6 +18,7 @@ import functools
 import inspect
 import os
 import textwrap
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -31,14 +32,14 @@ _BODIES = ({f"down_proj = {_GATED}", "return down_proj"}, {f"return {_GATED}"})
 
 def _is_gated_mlp(module: nn.Module) -> bool:
     return all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")) \
-        and _gated_forward(type(module))
+        and _gated_forward(type(module).forward)
 
 
 @functools.cache
-def _gated_forward(cls: type) -> bool:
-    """Whether cls.forward(self, x) is exactly the gated MLP (read from its source)."""
+def _gated_forward(forward: Callable) -> bool:
+    """Whether forward(self, x) is exactly the gated MLP (read from its source)."""
     try:
-        fn = ast.parse(textwrap.dedent(inspect.getsource(cls.forward))).body[0]
+        fn = ast.parse(textwrap.dedent(inspect.getsource(forward))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         return False
     if not isinstance(fn, ast.FunctionDef) or [a.arg for a in fn.args.args] != ["self", "x"]:
