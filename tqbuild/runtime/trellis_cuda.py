@@ -192,14 +192,14 @@ def cols_tc_serves(M: int, cfg: dict | None = None) -> bool:
     return M in COLS_TC_MS and not ({"splits", "per"} & set(c))
 
 
-def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None) -> int:
+def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None, device: int = 0) -> int:
     """Input rows a cols_tc block takes (a multiple of 32): cfg["splits"] splits of
-    the inputs, by default ⌈3·SMs / output periods⌉ (5120 × 17408: 3 splits, 52.4 µs
+    the inputs, by default ⌈3·SMs (of `device`) / output periods⌉ (5120 × 17408: 3 splits, 52.4 µs
     at M = 4 vs 59.9 with 2, 54.6 with 5; trellis_gemv-cuda-colstc.json)."""
     c = cfg or {}
     if "per" in c:
         return int(c["per"])
-    splits = int(c.get("splits", 0)) or -(-3 * _sms() // max(1, n_out // 32))
+    splits = int(c.get("splits", 0)) or -(-3 * _sms(device) // max(1, n_out // 32))
     return _split_rows(nrows, splits)
 
 
@@ -331,7 +331,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
                                       factor, st), "rows")
         return out
     if cols_tc_serves(M, cfg):
-        per = cols_tc_per(rows, out_features, cfg)
+        per = cols_tc_per(rows, out_features, cfg, x.device.index or 0)
         part = _partials(x, rows, per, out_features)
         ws = _workspace(x, in_features)
         _check(lib.tq_gemv_cols_tc(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
