@@ -66,16 +66,14 @@ def stack_rows(parts: list[TrellisLinear]) -> TrellisLinear | None:
 
 
 class GateUpMLP(nn.Module):
-    """down_proj(act_fn(gate) · up) with [gate | up] = gate_up_proj(x)."""
+    """down_proj(act_fn(gate) · up) with [gate | up] = gate_up_proj(x), halves alike."""
 
-    def __init__(self, gate_up_proj: TrellisLinear, down_proj: nn.Module, act_fn: nn.Module,
-                 inter: int):
+    def __init__(self, gate_up_proj: TrellisLinear, down_proj: nn.Module, act_fn: nn.Module):
         super().__init__()
         self.gate_up_proj, self.down_proj, self.act_fn = gate_up_proj, down_proj, act_fn
-        self.inter = inter
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(self.act_fn(gate) * up)
 
 
@@ -89,12 +87,12 @@ def fuse_gate_up(model: nn.Module) -> int:
         if not _is_gated_mlp(module):
             continue
         gate, up = module.gate_proj, module.up_proj
-        if not (isinstance(gate, TrellisLinear) and isinstance(up, TrellisLinear)):
+        if not (isinstance(gate, TrellisLinear) and isinstance(up, TrellisLinear)
+                and gate.out_features == up.out_features):
             continue
         stacked = stack_rows([gate, up])
         if stacked is not None:
-            swaps.append((name, GateUpMLP(stacked, module.down_proj, module.act_fn,
-                                          gate.out_features)))
+            swaps.append((name, GateUpMLP(stacked, module.down_proj, module.act_fn)))
     for name, new in swaps:
         parent, _, leaf = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, leaf, new)

@@ -7,8 +7,9 @@ missing, `available()` is False (warned once) and the Triton float kernels run.
 TQBUILD_TRELLIS_ACT: `auto` (default) — these kernels on CUDA for M ≤ 8 where the
 code and geometry allow; `float` — never (the float-activation Triton kernels);
 `int8` — also emulate int8 activations on CPU (runtime/trellis_torch.py).
-TQBUILD_PDL=0: launch the rows kernels after x's quantization without
-programmatic dependent launch (sm_90+; by default they start while it runs)."""
+TQBUILD_PDL=0: launch the kernels after x's quantization and the cols kernels'
+split sum without programmatic dependent launch (sm_90+; by default each starts
+while the kernel before it runs)."""
 
 from __future__ import annotations
 
@@ -194,8 +195,8 @@ def cols_tc_serves(M: int, cfg: dict | None = None) -> bool:
 
 def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None, device: int = 0) -> int:
     """Input rows a cols_tc block takes (a multiple of 32): cfg["splits"] splits of
-    the inputs, by default ⌈3·SMs (of `device`) / output periods⌉ (5120 × 17408: 3 splits, 52.4 µs
-    at M = 4 vs 59.9 with 2, 54.6 with 5; trellis_gemv-cuda-colstc.json)."""
+    the inputs, by default ⌈3·SMs (of `device`) / output periods⌉ (5120 × 17408: 3
+    splits, 52.4 µs at M = 4 vs 59.9 with 2, 54.6 with 5; trellis_gemv-cuda-colstc.json)."""
     c = cfg or {}
     if "per" in c:
         return int(c["per"])
@@ -307,7 +308,8 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     st = _stream(x)
     kind = rows_kernel(lib, M, in_features, T, cfg, rows) if axis == 1 else "cols"
     c = cfg or {}
-    pdl = int(c.get("pdl", _pdl(x.device.index or 0)))
+    dev = x.device.index or 0
+    pdl = int(c.get("pdl", _pdl(dev)))
     if kind == "tc":
         ws = _workspace(x, in_features)
         _check(lib.tq_gemv_rows_tc(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
@@ -331,7 +333,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
                                       factor, st), "rows")
         return out
     if cols_tc_serves(M, cfg):
-        per = cols_tc_per(rows, out_features, cfg, x.device.index or 0)
+        per = cols_tc_per(rows, out_features, cfg, dev)
         part = _partials(x, rows, per, out_features)
         ws = _workspace(x, in_features)
         _check(lib.tq_gemv_cols_tc(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
