@@ -204,7 +204,7 @@ def main() -> None:
                              ("dp4a_nopdl", {**dc, "prequant": True, "pdl": 0}),
                              ("dp4a_blockq", {**dc, "prequant": False})]
                 else:  # both cols kernels, cols_tc's splits of the inputs, same call
-                    case["kernel"] = "cols_tc" if tc.cols_tc_serves(m, cfg) else "cols"
+                    case["kernel"] = "cols_tc" if tc.cols_tc_serves(m, cfg, k=k, L=L) else "cols"
                     kinds = [("cols_dp4a", {**dc, "tc": False}), ("cols_tc", {"tc": True}),
                              *((f"cols_tc_s{sp}", {"tc": True, "splits": sp})
                                for sp in (1, 3, 5, 8))]

@@ -4,6 +4,7 @@ reference on fresh random packed tensors — the CUDA cases run on a GPU only.""
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -345,12 +346,18 @@ def test_rows_kernel_choice_by_m_and_cfg():
 
 
 def test_cols_kernel_choice_by_m_and_cfg(monkeypatch):
-    serves, per = trellis_cuda.cols_tc_serves, trellis_cuda.cols_tc_per
+    serves = functools.partial(trellis_cuda.cols_tc_serves, k=3, L=12)
+    per = trellis_cuda.cols_tc_per
     lo, hi = min(trellis_cuda.COLS_TC_MS), max(trellis_cuda.COLS_TC_MS)
     assert not serves(lo - 1) and serves(lo) and serves(hi)
     assert serves(1, {"tc": True}) and not serves(hi, {"tc": False})
     assert not serves(hi, {"splits": 3})  # a cols split cfg asks for the dp4a kernel
     assert serves(hi, {"splits": 3, "tc": True})
+    # a thread's 4 weights must lie in one 32-bit window: 3k + L <= 32
+    fits = trellis_cuda.cols_tc_serves
+    assert fits(hi, k=4, L=20) and not fits(hi, k=4, L=21) and not fits(hi, k=3, L=24)
+    with pytest.raises(ValueError, match="3k \\+ L <= 32"):
+        fits(hi, {"tc": True}, k=3, L=24)
     assert per(17408, 5120, {"per": 96}) == 96
     assert per(17408, 5120, {"splits": 3}) == 5824  # ⌈17408 / 96⌉ · 32
     assert per(416, 512, {"splits": 3}) == 160  # 160, 160, 96: a ragged last split

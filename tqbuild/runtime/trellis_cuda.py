@@ -184,13 +184,21 @@ COLS_TC_MS = range(3, 9)  # cols on the tensor cores by default at these M (axis
 COLS_TC_WARPS = 8
 
 
-def cols_tc_serves(M: int, cfg: dict | None = None) -> bool:
+def cols_tc_fits(k: int, L: int) -> bool:
+    """cols_tc decodes a thread's 4 consecutive weights from one 32-bit window."""
+    return 3 * k + L <= 32
+
+
+def cols_tc_serves(M: int, cfg: dict | None = None, *, k: int, L: int) -> bool:
     """Axis 0: the tensor-core cols kernel (cfg["tc"], or by default at COLS_TC_MS
-    unless a cols cfg — splits / per — asks for the dp4a one)."""
+    unless a cols cfg — splits / per — asks for the dp4a one), for a (k, L) it
+    decodes (cfg["tc"] with one it does not: an error)."""
     c = cfg or {}
     if "tc" in c:
+        if c["tc"] and not cols_tc_fits(k, L):
+            raise ValueError(f"cols_tc needs 3k + L <= 32 (k={k}, L={L})")
         return bool(c["tc"])
-    return M in COLS_TC_MS and not ({"splits", "per"} & set(c))
+    return M in COLS_TC_MS and not ({"splits", "per"} & set(c)) and cols_tc_fits(k, L)
 
 
 def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None, device: int = 0) -> int:
@@ -332,7 +340,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
                                       in_features, T, r["RB"], r["warps"], r["rgb"], r["bps"],
                                       factor, st), "rows")
         return out
-    if cols_tc_serves(M, cfg):
+    if cols_tc_serves(M, cfg, k=k, L=L):
         per = cols_tc_per(rows, out_features, cfg, dev)
         part = _partials(x, rows, per, out_features)
         ws = _workspace(x, in_features)

@@ -77,6 +77,12 @@ __device__ __forceinline__ void put(Out o, size_t i, float v) {
     else if (o.dt == 2) reinterpret_cast<__half*>(o.p)[i] = __float2half_rn(v);
     else reinterpret_cast<float*>(o.p)[i] = v;
 }
+// output (token m, row) of a rows kernel: its sum v times the row's scale and the
+// code's factor
+__device__ __forceinline__ void put_row(Out o, int m, int rows, int row, float v,
+                                        const __half* scales, float factor) {
+    put(o, (size_t)m * rows + row, v * __half2float(scales[row]) * factor);
+}
 
 // acc + Σ_b unsigned byte b of h · signed byte b of q
 __device__ __forceinline__ int dp4a_us(uint32_t h, int q, int acc) {
@@ -437,7 +443,7 @@ __global__ void __launch_bounds__(512) rows_fused(
 #pragma unroll
                 for (int i = e0; i < RB * M && i < e0 + 32; ++i) v = i == e ? facc[i / M][i % M] : v;
                 if (e < RB * M && rb0 + rg < nrb && row < rows)
-                    put(out, (size_t)m * rows + row, v * __half2float(scales[row]) * factor);
+                    put_row(out, m, rows, row, v, scales, factor);
             }
             continue;
         }
@@ -455,7 +461,7 @@ __global__ void __launch_bounds__(512) rows_fused(
             float v = 0.f;
             for (int i = 0; i < wpr; ++i) v += red[(g2 * wpr + i) * RB * M + e];
             if (rb0 + g2 < nrb && row < rows)
-                put(out, (size_t)m * rows + row, v * __half2float(scales[row]) * factor);
+                put_row(out, m, rows, row, v, scales, factor);
         }
         __syncthreads();
     }
@@ -594,7 +600,7 @@ __global__ void __launch_bounds__(256) rows_mma(
             float v = 0.f;
             for (int w = 0; w < nwarps; ++w) v += red[((w * TL + j) * 32 + ln) * 4 + i];
             const int row = tile * 16 * TL + r;
-            if (row < rows) put(out, (size_t)m * rows + row, v * __half2float(scales[row]) * factor);
+            if (row < rows) put_row(out, m, rows, row, v, scales, factor);
         }
         __syncthreads();
     }
@@ -812,7 +818,7 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
                              (rt >> 3) * 2 + (col & 1)];
                 }
             const int row = tile * RT + r;
-            if (row < rows) put(out, (size_t)m * rows + row, s * __half2float(scales[row]) * factor);
+            if (row < rows) put_row(out, m, rows, row, s, scales, factor);
         }
         __syncthreads();
     }
@@ -991,7 +997,8 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
 // D starts a group of 32 inputs at −510·Σq and is scaled once a group. A block's
 // warps take the groups of its split of the inputs in turn and add their sums in
 // shared memory in a fixed order.
-static_assert(3 * K + L <= 32, "cols_tc: a thread's 4 weights in one 32-bit window");
+// (3K + L ≤ 32: a thread's 4 weights in one 32-bit window; other (k, L) build without it)
+constexpr bool COLS_TC = 3 * K + L <= 32;
 struct ColsTcGroup {
     uint32_t w[4][4];  // k-step: row i + t words wi0, wi0 + 1; row i + t + 4 the same
     uint2 q[4];        // k-step: token g's q of inputs 8ks .. 8ks + 7 of the group
@@ -1004,6 +1011,7 @@ __global__ void __launch_bounds__(256) cols_tc(
     const uint32_t* __restrict__ words, const uint32_t* __restrict__ qw,
     const float* __restrict__ gs, const int* __restrict__ gb, Out dst,
     int nrows, int nw, int n_out, int ppb, int per, float factor) {
+    static_assert(M > 0 && COLS_TC, "cols_tc: a thread's 4 weights in one 32-bit window");
     pdl_trigger();  // sum_splits may start (it waits for this grid)
     extern __shared__ float red[];  // [warps][2 tiles][32 lanes][4]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -1262,14 +1270,17 @@ template <int M>
 int launch_cols_tc(const uint32_t* words, const void* x, int dtype, const __half* rs,
                    uint32_t* ws, bool pdl, float* part, Out out, int nrows, int nw,
                    int n_out, int ppb, int per, int warps, float factor, cudaStream_t st) {
-    const Quantized qx = quantize(x, dtype, M, nrows, ws, st, rs);
-    const int splits = (nrows + per - 1) / per;
-    const size_t smem = (size_t)warps * 2 * 32 * 4 * sizeof(float);
-    const int rc = launch(cols_tc<M>, dim3(n_out / 32, splits), warps * 32, smem, st, pdl, words,
-                          qx.q, qx.gs, qx.gb, splits == 1 ? out : Out{part, 0}, nrows, nw,
-                          n_out, ppb,
-                          per, factor);
-    return rc ? rc : add_splits(part, out, splits, M * n_out, st, pdl);
+    if constexpr (!COLS_TC) {
+        return (int)cudaErrorNotSupported;  // trellis_cuda.cols_tc_serves never asks
+    } else {
+        const Quantized qx = quantize(x, dtype, M, nrows, ws, st, rs);
+        const int splits = (nrows + per - 1) / per;
+        const size_t smem = (size_t)warps * 2 * 32 * 4 * sizeof(float);
+        const int rc = launch(cols_tc<M>, dim3(n_out / 32, splits), warps * 32, smem, st, pdl,
+                              words, qx.q, qx.gs, qx.gb, splits == 1 ? out : Out{part, 0}, nrows,
+                              nw, n_out, ppb, per, factor);
+        return rc ? rc : add_splits(part, out, splits, M * n_out, st, pdl);
+    }
 }
 
 }  // namespace

@@ -214,7 +214,7 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
     # 5120 × 17408 k = 3, M = 4: 52 µs), else the float kernel, SMALL_M rows a call
     # (100 µs; the dp4a cols kernel 127 µs, M = 8 509 µs; trellis_gemv-cuda-colstc.json)
     int8 = trellis_cuda.available(x2, code, k, L, T, coded, in_features, axis)
-    cols_tc = axis == 0 and int8 and trellis_cuda.cols_tc_serves(M)
+    cols_tc = axis == 0 and int8 and trellis_cuda.cols_tc_serves(M, k=k, L=L)
     if axis == 0 and SMALL_M < M <= trellis_cuda.MAX_M and fast_geometry and not cols_tc:
         return torch.cat([trellis_matmul_impl(x2[a:a + SMALL_M], words, scales, table, k, T,
                                               L, axis, code, out_features, in_features)
