@@ -114,6 +114,7 @@ def main() -> None:
     ap.add_argument("--no-sweep", action="store_true", help="default block shapes at M = 1")
     ap.add_argument("--variant-cfg", default="",
                     help="the variant runs' kernel cfg (JSON), e.g. {\"tc\": true}")
+    ap.add_argument("--only-variants", action="store_true", help="the variant sweep alone")
     a = ap.parse_args()
     shapes = [s for s in SHAPES if not a.shapes or s[0].split()[0] in a.shapes.split(",")]
     shapes += [s for s in SHAPES_8B if s[0].split()[0] in a.shapes.split(",")]
@@ -125,6 +126,8 @@ def main() -> None:
     if a.variants:
         variant_sweep(a.variants.split(";"), shapes, ms,
                       json.loads(a.variant_cfg) if a.variant_cfg else None)
+        if a.only_variants:
+            return
     tc.prebuild([(k, L, CODE) for k in ks])
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()

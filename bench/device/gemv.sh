@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One H200 call of the int8 trellis kernel work: bash bench/device/gemv.sh STEP...
 # Steps: build (compile every (k, L, code) library in parallel), tests (the
-# int8 kernel tests + the CUDA runtime tests), gemv (bench/trellis_gemv.py),
-# decode (bench/decode_8b.py), decodec (the same through torch.compile), ncu
+# int8 kernel tests + the CUDA runtime tests), tcvar (rows_tc compile-time variants:
+# tests and times), gemv (bench/trellis_gemv.py), decode (bench/decode_8b.py), decodec (the same through torch.compile), ncu
 # (Nsight Compute sections of the M = 1 rows and cols kernels), triton (the
 # Triton float kernels on CUDA).
 set -o pipefail
@@ -20,6 +20,18 @@ tc.prebuild(cases); print('built', len(tc._libs), 'failed', tc._failed, round(ti
     tests) timeout "${TESTS_S:-240}" python -m pytest -q tests/test_trellis_int8.py \
              tests/test_runtime_torch.py tests/test_fused_mlp.py -k "cuda and not triton_kernels" 2>&1 \
              | tee "$OUT/pytest.log" | tail -30 ;;
+    tcvar) # rows_tc compile-time variants (VARIANTS: ';'-separated define sets): the int8
+           # kernel tests under each, then k = 3 timings of rows_tc at M = 1, 2, 4 beside the default
+           IFS=';' read -ra vs <<< "${VARIANTS:?set VARIANTS}"
+           for v in "${vs[@]}"; do
+             echo "--- tests with $v"
+             TQBUILD_GEMV_FLAGS="$v" timeout "${TESTS_S:-240}" python -m pytest -q -x \
+               tests/test_trellis_int8.py -k cuda 2>&1 | tail -3
+           done
+           timeout "${GEMV_S:-300}" python bench/trellis_gemv.py --variants="$VARIANTS" \
+             --variant-cfg='{"tc": true}' --only-variants --ms "${MS:-1,2,4}" \
+             --shapes "${SHAPES:-8192x8192,gate,q8b,gateup8b}" --tag="${TAG:--tcvar}" 2>&1 | cut -c1-200
+           cp bench/results/trellis_gemv-cuda*-variants.json "$OUT/" ;;
     gemv) timeout "${GEMV_S:-300}" python bench/trellis_gemv.py 2>&1 | tee "$OUT/gemv.log" | cut -c1-300
           cp bench/results/trellis_gemv-cuda.json "$OUT/" ;;
     decode) timeout "${DECODE_S:-300}" python bench/decode_8b.py 2>&1 | tee "$OUT/decode.log" | tail -20

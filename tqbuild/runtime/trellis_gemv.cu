@@ -57,6 +57,9 @@ constexpr int U = 8;  // cols: input rows per unit
 #ifndef TQ_TC_SPLIT
 #define TQ_TC_SPLIT 0  // rows_tc: 1 = each warp a contiguous range of rounds (a tuning sweep)
 #endif
+#ifndef TQ_TC_WALK
+#define TQ_TC_WALK 0  // rows_tc: 1 = row pointers advanced a round (not recomputed)
+#endif
 #ifndef TQ_COLS_DEPTH
 #define TQ_COLS_DEPTH 4  // cols: rows of words in flight ahead of the decode
 #endif
@@ -107,13 +110,30 @@ __device__ __forceinline__ uint32_t state(const uint32_t (&w)[K + 1], int v) {
 // left-aligned by a multiply (IMAD.SHL, the FMA pipe; ptxas would fold a plain
 // shift pair back into SHF + LOP3), then one right shift drops the bits below it,
 // no mask; windows at bit 0 or across two words as state()
+#ifndef TQ_TC_CMUL
+#define TQ_TC_CMUL -1  // rows_tc: ≥ 0: in-word windows by a multiply only for weights v < N
+#endif
+#if TQ_TC_CMUL >= 0
+// 2^i, read from the constant bank: ptxas keeps IMAD R, R, c[..] (the FMA pipe) where a
+// multiply by an immediate power of two may become SHF.L (the ALU pipe), so the
+// split of the state's work over the two half-rate pipes is chosen here
+__constant__ uint32_t kPow2[32] = {
+    1u << 0, 1u << 1, 1u << 2, 1u << 3, 1u << 4, 1u << 5, 1u << 6, 1u << 7,
+    1u << 8, 1u << 9, 1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
+    1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23,
+    1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+#endif
 __device__ __forceinline__ uint32_t state_l(const uint32_t (&w)[K + 1], int v) {
     const int wi = (K * v) >> 5, sh = (K * v) & 31;
+#if TQ_TC_CMUL >= 0
+    if (sh > 0 && sh + L < 32 && v < TQ_TC_CMUL) return (w[wi] * kPow2[32 - L - sh]) >> (32 - L);
+#else
     if (TQ_TC_LSTATE && sh > 0 && sh + L < 32) {
         uint32_t y;
         asm("mul.lo.u32 %0, %1, %2;" : "=r"(y) : "r"(w[wi]), "r"(1u << (32 - L - sh)));
         return y >> (32 - L);
     }
+#endif
     return state(w, v);
 }
 
@@ -619,7 +639,10 @@ __global__ void __launch_bounds__(256) rows_mma(
 // the column's period is not the slot's, so a D element sums exactly one period,
 // one activation group, and keeps its own int32 sum. NB = ⌈M/2⌉ MMAs share each
 // A fragment (the decode), one per pair of tokens.
-__host__ __device__ constexpr int tc_tl(int M) { return M <= 2 ? TQ_TC_TL : 1; }
+#ifndef TQ_TC_TL_HI
+#define TQ_TC_TL_HI 1  // rows_tc: 16-row tiles a warp takes at M > 2
+#endif
+__host__ __device__ constexpr int tc_tl(int M) { return M <= 2 ? TQ_TC_TL : TQ_TC_TL_HI; }
 constexpr int TC_NW = K + 1;  // a period's words and the next one (L ≤ K + 32)
 
 // x [M, n] -> per input row m and group g: 8 words of int8 q at
@@ -697,10 +720,41 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
             const int m = 2 * u + (gq >> 2);
             load_q8(qw + ((size_t)min(m, M - 1) * ng + gl - t) * 8, bcol && m < M, q);
         };
+        // the next period's first word: the block's first at a block end
+        auto nxt_of = [&](int rd) {
+            return t < 3 ? K : ((rd * 4 + 4) & (ppb - 1)) == 0 ? K - K * ppb : K;
+        };
+#if TQ_TC_WALK
+        // pointers walk the rows, rounds in the order load_w is called (ra, ra + rs, …):
+        // a round's first word and its next-period word, each row; a warp's rounds share
+        // their block-end status where rs is a multiple of a block's rounds (else the
+        // next word's pointer is set again every round)
+        const bool same_end = rs % max(1, ppb / 4) == 0;
+        const uint32_t* pw[2 * TL];
+        const uint32_t* pn[2 * TL];
+#pragma unroll
+        for (int r = 0; r < 2 * TL; ++r) {
+            pw[r] = rp[r] + ra * 4 * K;
+            pn[r] = pw[r] + nxt_of(ra);
+        }
         auto load_w = [&](int rd, Round& b) {
-            // the next period's first word: the block's first at a block end
-            const int base = rd * 4 * K;
-            const int nxt = t < 3 ? K : ((rd * 4 + 4) & (ppb - 1)) == 0 ? K - K * ppb : K;
+            if (!same_end) {
+                const int nxt = nxt_of(rd);
+#pragma unroll
+                for (int r = 0; r < 2 * TL; ++r) pn[r] = pw[r] + nxt;
+            }
+#pragma unroll
+            for (int r = 0; r < 2 * TL; ++r) {
+#pragma unroll
+                for (int i = 0; i < K; ++i) b.w[r][i] = __ldg(pw[r] + i);
+                b.w[r][K] = __ldg(pn[r]);
+                pw[r] += rs * 4 * K;
+                pn[r] += rs * 4 * K;
+            }
+        };
+#else
+        auto load_w = [&](int rd, Round& b) {
+            const int base = rd * 4 * K, nxt = nxt_of(rd);
 #pragma unroll
             for (int r = 0; r < 2 * TL; ++r) {
 #pragma unroll
@@ -708,6 +762,7 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
                 b.w[r][K] = __ldg(rp[r] + base + nxt);
             }
         };
+#endif
         auto load_x = [&](int rd, Round& b) {  // quantize_x's output for round rd
             const int gl = group(rd);
 #pragma unroll
