@@ -35,12 +35,15 @@ MIO = {"LDG", "LDS", "STS", "STG", "SHFL", "LDC", "LDSM"}
 TENSOR = {"IMMA", "HMMA"}
 # kernel -> (mangled name fragment, the loop's marker op, marker counts a trip to try,
 # weights a thread per marker); rows_tc: a trip is two rounds, a thread's 4 hashes feed
-# NB = ⌈M/2⌉ MMAs; rows_fused: one dp4a a weight and token
+# NB = ⌈M/2⌉ MMAs; rows_fused, cols_kernel: one dp4a a weight and token; cols_tc: a
+# thread's 4 hashes a k-step feed one MMA (all tokens)
 KERNELS = {
     "rows_tc<1>": ("rows_tcILi1E", "IMMA", (64, 128, 32), 4),
     "rows_tc<2>": ("rows_tcILi2E", "IMMA", (64, 128, 32), 4),
     "rows_tc<4>": ("rows_tcILi4E", "IMMA", (64, 128, 256), 2),
     "rows_fused<1,2>": ("rows_fusedILi1ELi2E", "IDP", (128,), 1),
+    "cols_kernel<1>": ("cols_kernelILi1E", "IDP", (32, 64, 128, 256), 1),
+    "cols_tc<4>": ("cols_tcILi4E", "IMMA", (8, 16, 32, 64), 4),
 }
 
 
