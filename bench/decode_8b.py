@@ -18,13 +18,18 @@ transformers. Variants swap the decoder linears in place:
   q3-float  — the same with TQBUILD_TRELLIS_ACT=float (the Triton float kernels);
   q3-fused  — q3 with gate and up stacked into one module (runtime/fused_mlp.py:
               one kernel call, x quantized once), as the CUDA loaders serve it;
-  q3-attn-bf16 — q3's MLP, attention left in bf16 (the MLP's share).
+  q3-attn-bf16 — q3's MLP, attention left in bf16 (the MLP's share);
+  affine4-tq — every decoder linear tq-build's own AffineLinear (MLX affine
+              4-bit, group 64, bf16 scales and biases) on its Triton kernel
+              (runtime/affine_triton.py), as the artifacts' runtime serves them;
+  q3-fused-tq — q3-fused with its attention on AffineLinear: the Q3 artifact
+              as the transformers runtime runs it.
 lm_head stays bf16 in every variant (8-bit in the recipes; the same bytes here
 for all). `--compile`: each variant's forward also through torch.compile
 (inductor fuses the norms, RoPE and elementwise work between the linears;
 TrellisLinear is one custom op there), as `<variant>+compile`. tq-build's own
 AffineLinear runtime dequantizes its weight on every call and is not a decode
-kernel; the affine variants use tinygemm instead.
+kernel; `affine4` and `q3*` use tinygemm instead, the `-tq` variants the Triton kernel.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from hostinfo import host  # noqa: E402
 from trellis_decode import graph_tokens_per_s  # noqa: E402
 
 from tqbuild.runtime import trellis_cuda  # noqa: E402
+from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
 from tqbuild.runtime.fused_mlp import fuse_gate_up  # noqa: E402
 from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
 
@@ -70,6 +76,16 @@ class Int4Linear(nn.Module):
         x2 = x.reshape(-1, x.shape[-1])
         y = torch.ops.aten._weight_int4pack_mm(x2, self.w, self.group, self.sz)
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def affine_tq(out_f: int, in_f: int, g: torch.Generator, bits: int = 4,
+              group: int = 64) -> AffineLinear:
+    """tq-build's MLX-affine module, random packed words (every bit pattern a value)."""
+    words = torch.randint(-2**31, 2**31 - 1, (out_f, in_f * bits // 32), device="cuda",
+                          dtype=torch.int32, generator=g)
+    scales = (torch.rand(out_f, in_f // group, device="cuda", generator=g) * 0.004).bfloat16()
+    biases = (-8 * scales.float()).bfloat16()
+    return AffineLinear(words, scales, biases, bits, group)
 
 
 def trellis(out_f: int, in_f: int, axis: int, g: torch.Generator, k: int = 3) -> TrellisLinear:
@@ -158,6 +174,8 @@ def main() -> None:
                         setattr(p, nm, orig[(i, nm)])
 
     run("bf16")
+    swap(model, ATTN + MLP, lambda nm, o, i: affine_tq(o, i, g))
+    run("affine4-tq")
     try:
         swap(model, ATTN + MLP, lambda nm, o, i: Int4Linear(o, i, g))
         run("affine4")
@@ -174,6 +192,8 @@ def main() -> None:
         run("q3-fused")
     restore(ATTN)  # the MLP keeps its (fused) trellis modules
     run("q3-attn-bf16")
+    swap(model, ATTN, lambda nm, o, i: affine_tq(o, i, g))
+    run("q3-fused-tq")
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
         if "tokens_per_s" in b and "tokens_per_s" in v:
@@ -185,6 +205,7 @@ TAG = ""
 KINDS = (("trellis", ("rows_fused", "rows_tc", "rows_mma", "cols_", "quantize_x",
                       "sum_splits")),
          ("int4 tinygemm", ("int4", "tinygemm")),
+         ("affine (tq Triton)", ("_affine_mm",)),
          ("bf16 GEMM/GEMV", ("gemm", "gemv", "cutlass", "sm90_", "nvjet", "cublas")),
          ("attention", ("attention", "flash", "fmha", "sdpa")),
          ("inductor fused elementwise", ("triton_",)))

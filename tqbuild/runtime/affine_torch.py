@@ -1,12 +1,17 @@
 """MLX affine modules in PyTorch, held packed: uint32 words, per-group scales and
-biases as stored; each call unpacks with torch ops on the module's device and
-forms q·scale + bias in float32 (as MLX's quantized matmul does), so the
-values equal `formats.mlx_affine.dequantize_packed(..., compute_dtype=float32)`."""
+biases as stored. The values are q·scale + bias formed in float32 (as MLX's
+quantized matmul does), equal to `formats.mlx_affine.dequantize_packed(...,
+compute_dtype=float32)`, rounded to x's dtype for the matmul. On CUDA, up to
+affine_triton.MAX_M rows of x go through a Triton kernel that reads the packed
+words directly (runtime/affine_triton.py); otherwise each call unpacks the weight
+with torch ops on the module's device."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from . import affine_triton
 
 
 def unpack_torch(words: torch.Tensor, bits: int) -> torch.Tensor:
@@ -27,6 +32,30 @@ def affine_values(words, scales, biases, bits: int, group_size: int) -> torch.Te
     *lead, n = q.shape
     g = q.reshape(*lead, n // group_size, group_size)
     return (g * scales.float()[..., None] + biases.float()[..., None]).reshape(*lead, n)
+
+
+def affine_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
+                       biases: torch.Tensor, bits: int, group_size: int,
+                       out_features: int) -> torch.Tensor:
+    """x2 [M, K] @ the values .T in x2's dtype: the Triton kernel where it serves,
+    else the values unpacked."""
+    if affine_triton.serves(x2, bits, x2.shape[-1]):
+        y = affine_triton.matmul(x2, words, scales, biases, bits, group_size, out_features)
+        if y is not None:
+            return y
+    return x2 @ affine_values(words, scales, biases, bits, group_size).to(x2.dtype).t()
+
+
+@torch.library.custom_op("tqbuild::affine_matmul", mutates_args=())
+def _affine_matmul_op(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
+                      biases: torch.Tensor, bits: int, group_size: int,
+                      out_features: int) -> torch.Tensor:
+    return affine_matmul_impl(x2, words, scales, biases, bits, group_size, out_features)
+
+
+@_affine_matmul_op.register_fake
+def _(x2, words, scales, biases, bits, group_size, out_features):
+    return x2.new_empty(x2.shape[0], out_features)
 
 
 class _Packed(nn.Module):
@@ -55,6 +84,11 @@ class AffineLinear(_Packed):
         self.in_features = weight.shape[1] * 32 // bits
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and affine_triton.enabled():  # one op under torch.compile
+            y = _affine_matmul_op(x.reshape(-1, self.in_features), self.weight, self.scales,
+                                  self.biases, self.bits, self.group_size, self.out_features)
+            y = y.reshape(*x.shape[:-1], self.out_features)
+            return y if self.bias is None else y + self.bias.to(y.dtype)
         return nn.functional.linear(x, self.values().to(x.dtype), self.bias)
 
 

@@ -1,0 +1,137 @@
+"""Triton decode-matmul of MLX affine weights held packed (CUDA, M ≤ MAX_M rows of x).
+
+Without it `AffineLinear` unpacks its whole weight on every call. Here a program
+takes BN output rows and one split of the inputs, and walks that split in tiles of
+BK inputs: it reads the tile's packed words once per element position (element i
+of a row sits at bit i·bits, little-endian, a window over words i·bits//32 and the
+next — `formats.mlx_affine.unpack`), forms q·scale + bias in float32, rounds it to
+x's dtype (as `AffineLinear.values().to(x.dtype)` does) and multiplies on the
+tensor cores with float32 accumulation, x padded to 16 rows (BK: 128, 64 or 32
+inputs, the largest dividing in_features). Splits of the inputs
+write partial sums that torch adds in split order (deterministic, no atomics).
+TQBUILD_AFFINE_KERNEL=0 keeps the unpacking path."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - CPU-only installs
+    triton = None
+
+MAX_M = 8
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+BN = 64  # output rows a program tile
+BKS = (128, 64, 32)  # inputs a tile: the largest that divides in_features
+
+_failed: list[str] = []
+
+
+def enabled() -> bool:
+    return os.environ.get("TQBUILD_AFFINE_KERNEL", "1") != "0"
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") in ("1", "true", "True")
+
+
+def _bk(K: int) -> int:
+    return next((b for b in BKS if K % b == 0), 0)
+
+
+def serves(x: torch.Tensor, bits: int, in_features: int) -> bool:
+    """This kernel takes the call: Triton on x's device (CUDA, or the interpreter),
+    M ≤ MAX_M, a float x, 1–8 bits, in_features a multiple of 32."""
+    M = x.numel() // max(1, x.shape[-1])
+    return (triton is not None and not _failed and enabled() and (x.is_cuda or _interpreting())
+            and 1 <= M <= MAX_M and x.dtype in DTYPES and 1 <= bits <= 8
+            and _bk(in_features) > 0)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _affine_mm(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, M, N, K, NW, G,
+                   K_PER: tl.constexpr, BITS: tl.constexpr, GS: tl.constexpr, BN_: tl.constexpr,
+                   BK_: tl.constexpr, MP: tl.constexpr, F32: tl.constexpr):
+        pid_n = tl.program_id(0)
+        split = tl.program_id(1)
+        rows = pid_n * BN_ + tl.arange(0, BN_)
+        rmask = rows < N
+        ms = tl.arange(0, MP)
+        acc = tl.zeros((BN_, MP), dtype=tl.float32)
+        k_lo = split * K_PER
+        for kk in range(0, K_PER, BK_):
+            ks = k_lo + kk + tl.arange(0, BK_)
+            start = ks * BITS
+            i0 = start // 32
+            sh = start % 32
+            w0 = tl.load(w_ptr + rows[:, None] * NW + i0[None, :], mask=rmask[:, None],
+                         other=0).to(tl.int64) & 0xFFFFFFFF
+            if 32 % BITS == 0:  # an element never leaves its word
+                q = (w0 >> sh[None, :]) & ((1 << BITS) - 1)
+            else:  # the window over this word and the next (zero past the row's end)
+                i1 = i0 + 1
+                w1 = tl.load(w_ptr + rows[:, None] * NW + i1[None, :],
+                             mask=rmask[:, None] & (i1 < NW)[None, :], other=0).to(tl.int64)
+                q = (((w1 & 0xFFFFFFFF) << 32 | w0) >> sh[None, :]) & ((1 << BITS) - 1)
+            g = ks // GS
+            s = tl.load(s_ptr + rows[:, None] * G + g[None, :], mask=rmask[:, None],
+                        other=0).to(tl.float32)
+            b = tl.load(b_ptr + rows[:, None] * G + g[None, :], mask=rmask[:, None],
+                        other=0).to(tl.float32)
+            w = (q.to(tl.float32) * s + b).to(x_ptr.dtype.element_ty)
+            xt = tl.load(x_ptr + ms[None, :] * K + ks[:, None], mask=(ms < M)[None, :],
+                         other=0)
+            if F32:  # float32 x, or the interpreter (its 16-bit dot is wrong): exact products
+                acc += tl.dot(w.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
+            else:
+                acc += tl.dot(w, xt)
+        o = out_ptr + split * M * N + ms[None, :] * N + rows[:, None]
+        tl.store(o, acc, mask=rmask[:, None] & (ms < M)[None, :])
+
+
+def _splits(N: int, K: int, device: torch.device) -> int:
+    """Input splits: about two programs a streaming multiprocessor (one on the
+    interpreter), each split whole tiles."""
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    want = -(-2 * sms // -(-N // BN))
+    tiles = K // _bk(K)
+    s = max(1, min(want, tiles))
+    while tiles % s:
+        s -= 1
+    return s
+
+
+def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
+           bits: int, group_size: int, out_features: int,
+           splits: int | None = None) -> torch.Tensor | None:
+    """x [..., K] @ the affine weight's values .T -> [..., N] in x's dtype (`serves`
+    first); None where the kernel failed to build or run (warned once; the caller
+    unpacks instead). `splits` of the inputs (a divisor of K's tiles): by default
+    from the SM count."""
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K).contiguous()
+    M, N = x2.shape[0], out_features
+    splits = splits or _splits(N, K, x.device)
+    assert (K // _bk(K)) % splits == 0, (K, splits)
+    part = torch.empty(splits, M, N, device=x.device, dtype=torch.float32)
+    try:
+        _affine_mm[(triton.cdiv(N, BN), splits)](
+            x2, words, scales, biases, part, M, N, K, words.shape[-1], scales.shape[-1],
+            K_PER=K // splits, BITS=bits, GS=group_size, BN_=BN, BK_=_bk(K), MP=16,
+            F32=x2.dtype == torch.float32 or _interpreting())
+    except Exception as e:  # noqa: BLE001 - a Triton compile or launch failure
+        _failed.append(f"{type(e).__name__}: {e}")
+        warnings.warn(f"affine Triton kernel unavailable ({_failed[-1][:300]}); "
+                      "unpacking the weight instead", stacklevel=3)
+        return None
+    y = part[0] if splits == 1 else part.sum(0)
+    return y.to(x.dtype).reshape(*x.shape[:-1], N)
