@@ -112,6 +112,18 @@ def test_affine_kernel_serves_only_what_it_handles(monkeypatch):
     assert not affine_triton.serves(x, 4, 256) or CUDA  # CPU tensors: never without it
 
 
+def test_affine_kernel_plan_fills_the_gpu(monkeypatch):
+    """Row tiles as wide as still give every SM a program; inputs split (whole
+    tiles, a divisor) only where half the SMs would idle; one program on CPU."""
+    monkeypatch.setattr(affine_triton, "_sms", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert affine_triton.plan(14336, 4096, cuda) == (64, 1)  # 224 programs
+    assert affine_triton.plan(4096, 4096, cuda) == (16, 1)  # 256
+    assert affine_triton.plan(1024, 4096, cuda) == (16, 2)  # 64 -> 128
+    assert affine_triton.plan(128, 576, cuda) == (16, 9)  # 8 programs, 9 tiles of 64
+    assert affine_triton.plan(4096, 4096, torch.device("cpu")) == (16, 1)
+
+
 def test_affine_matmul_falls_back_when_the_kernel_fails(monkeypatch):
     """A kernel that fails to build or run warns once and the values are unpacked."""
     rng = np.random.default_rng(1)

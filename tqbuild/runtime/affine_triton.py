@@ -1,18 +1,20 @@
 """Triton decode-matmul of MLX affine weights held packed (CUDA, M ≤ MAX_M rows of x).
 
 Without it `AffineLinear` unpacks its whole weight on every call. Here a program
-takes BN output rows and one split of the inputs, and walks that split in tiles of
-BK inputs: it reads the tile's packed words once per element position (element i
-of a row sits at bit i·bits, little-endian, a window over words i·bits//32 and the
-next — `formats.mlx_affine.unpack`), forms q·scale + bias in float32, rounds it to
-x's dtype (as `AffineLinear.values().to(x.dtype)` does) and multiplies on the
-tensor cores with float32 accumulation, x padded to 16 rows (BK: 128, 64 or 32
-inputs, the largest dividing in_features). Splits of the inputs
-write partial sums that torch adds in split order (deterministic, no atomics).
-TQBUILD_AFFINE_KERNEL=0 keeps the unpacking path."""
+takes BN (64, 32 or 16) output rows and one split of the inputs, and walks that
+split in tiles of BK inputs (128, 64 or 32, the largest dividing in_features):
+it reads the tile's packed words per element position (element i of a row sits
+at bit i·bits, little-endian, a window over words i·bits//32 and the next —
+`formats.mlx_affine.unpack`), forms q·scale + bias in float32, rounds it to x's
+dtype (as `AffineLinear.values().to(x.dtype)` does) and multiplies on the tensor
+cores with float32 accumulation, x padded to 16 rows. One split writes x's dtype
+itself; a small N splits the inputs, whose float32 partial sums torch adds in
+split order (deterministic, no atomics). TQBUILD_AFFINE_KERNEL=0 keeps the
+unpacking path."""
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -26,7 +28,7 @@ except ImportError:  # pragma: no cover - CPU-only installs
 
 MAX_M = 8
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BN = 64  # output rows a program tile
+BNS = (64, 32, 16)  # output rows a program tile (`plan`)
 BKS = (128, 64, 32)  # inputs a tile: the largest that divides in_features
 
 _failed: list[str] = []
@@ -93,21 +95,28 @@ if triton is not None:
             else:
                 acc += tl.dot(w, xt)
         o = out_ptr + split * M * N + ms[None, :] * N + rows[:, None]
-        tl.store(o, acc, mask=rmask[:, None] & (ms < M)[None, :])
+        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (ms < M)[None, :])
 
 
-def _splits(N: int, K: int, device: torch.device) -> int:
-    """Input splits: about two programs a streaming multiprocessor (one on the
-    interpreter), each split whole tiles."""
+@functools.cache
+def _sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def plan(N: int, K: int, device: torch.device) -> tuple[int, int]:
+    """(output rows a program, input splits): the widest row tile that still gives
+    every streaming multiprocessor a program, else 16 rows; inputs split (whole
+    tiles) only where even that leaves half of them idle. One program, no split,
+    on the interpreter. A split call adds a kernel (the fixed-order sum)."""
     if device.type != "cuda":
-        return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    want = -(-2 * sms // -(-N // BN))
-    tiles = K // _bk(K)
-    s = max(1, min(want, tiles))
+        return BNS[-1], 1
+    sms = _sms(device)
+    bn = next((b for b in BNS if -(-N // b) >= sms), BNS[-1])
+    progs, tiles = -(-N // bn), K // _bk(K)
+    s = max(1, min(tiles, sms // progs)) if 2 * progs < sms else 1
     while tiles % s:
         s -= 1
-    return s
+    return bn, s
 
 
 def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
@@ -116,22 +125,25 @@ def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: t
     """x [..., K] @ the affine weight's values .T -> [..., N] in x's dtype (`serves`
     first); None where the kernel failed to build or run (warned once; the caller
     unpacks instead). `splits` of the inputs (a divisor of K's tiles): by default
-    from the SM count."""
+    `plan`'s."""
     K = x.shape[-1]
     x2 = x.reshape(-1, K).contiguous()
     M, N = x2.shape[0], out_features
-    splits = splits or _splits(N, K, x.device)
+    bn, auto = plan(N, K, x.device)
+    splits = splits or auto
     assert (K // _bk(K)) % splits == 0, (K, splits)
-    part = torch.empty(splits, M, N, device=x.device, dtype=torch.float32)
+    # one split writes x's dtype itself; several write float32 partial sums
+    out = torch.empty((splits, M, N) if splits > 1 else (M, N), device=x.device,
+                      dtype=torch.float32 if splits > 1 else x.dtype)
     try:
-        _affine_mm[(triton.cdiv(N, BN), splits)](
-            x2, words, scales, biases, part, M, N, K, words.shape[-1], scales.shape[-1],
-            K_PER=K // splits, BITS=bits, GS=group_size, BN_=BN, BK_=_bk(K), MP=16,
+        _affine_mm[(triton.cdiv(N, bn), splits)](
+            x2, words, scales, biases, out, M, N, K, words.shape[-1], scales.shape[-1],
+            K_PER=K // splits, BITS=bits, GS=group_size, BN_=bn, BK_=_bk(K), MP=16,
             F32=x2.dtype == torch.float32 or _interpreting())
     except Exception as e:  # noqa: BLE001 - a Triton compile or launch failure
         _failed.append(f"{type(e).__name__}: {e}")
         warnings.warn(f"affine Triton kernel unavailable ({_failed[-1][:300]}); "
                       "unpacking the weight instead", stacklevel=3)
         return None
-    y = part[0] if splits == 1 else part.sum(0)
-    return y.to(x.dtype).reshape(*x.shape[:-1], N)
+    y = out if splits == 1 else out.sum(0).to(x.dtype)
+    return y.reshape(*x.shape[:-1], N)
