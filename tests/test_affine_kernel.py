@@ -155,3 +155,26 @@ class _FakeTriton:
     @staticmethod
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
+
+
+def test_affine_op_is_one_node_under_torch_compile():
+    """The custom op AffineLinear calls on CUDA traces as one opaque node (fullgraph)
+    and computes the unpacked values' product (here on CPU: the unpacking path)."""
+    rng = np.random.default_rng(2)
+    words, scales, biases = random_affine(rng, 4, 64, 48, 128, torch.bfloat16)
+    x = torch.from_numpy(rng.standard_normal((3, 128)).astype(np.float32))
+
+    def f(x):
+        return torch.ops.tqbuild.affine_matmul(x, words, scales, biases, 4, 64, 48)
+
+    torch._dynamo.reset()
+    seen = []
+
+    def backend(gm, inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes)
+        return gm.forward
+
+    got = torch.compile(f, backend=backend, fullgraph=True)(x)
+    want = x @ affine_torch.affine_values(words, scales, biases, 4, 64).t()
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert sum("tqbuild.affine_matmul" in t for t in seen) == 1, seen
