@@ -2,7 +2,7 @@
 # One H200 call of the int8 trellis kernel work: bash bench/device/gemv.sh STEP...
 # Steps: build (compile every (k, L, code) library in parallel), tests (the
 # int8 kernel tests + the CUDA runtime and affine kernel tests), tcvar (rows_tc compile-time variants:
-# tests and times), gemv (bench/trellis_gemv.py), decode (bench/decode_8b.py),
+# tests and times), affine (bench/affine_gemv.py), gemv (bench/trellis_gemv.py), decode (bench/decode_8b.py),
 # decodec (the same through torch.compile), ncu (Nsight Compute sections of the
 # M = 1 rows and cols kernels), triton (the Triton float kernels on CUDA).
 set -o pipefail
@@ -33,6 +33,9 @@ tc.prebuild(cases); print('built', len(tc._libs), 'failed', tc._failed, round(ti
              --variant-cfg='{"tc": true}' --only-variants --ms "${MS:-1,2,4}" \
              --shapes "${SHAPES:-8192x8192,gate,q8b,gateup8b}" --tag="${TAG:--tcvar}" 2>&1 | cut -c1-200
            cp bench/results/trellis_gemv-cuda*-variants.json "$OUT/" ;;
+    affine) timeout "${AFFINE_S:-200}" python bench/affine_gemv.py 2>&1 | tee "$OUT/affine.log" \
+              | cut -c1-300
+            cp bench/results/affine_gemv-cuda*.json "$OUT/" ;;
     gemv) timeout "${GEMV_S:-300}" python bench/trellis_gemv.py 2>&1 | tee "$OUT/gemv.log" | cut -c1-300
           cp bench/results/trellis_gemv-cuda.json "$OUT/" ;;
     decode) timeout "${DECODE_S:-300}" python bench/decode_8b.py 2>&1 | tee "$OUT/decode.log" | tail -20

@@ -1,0 +1,107 @@
+"""Decode-matmul of packed MLX affine weights on the GPU: tq-build's Triton kernel
+(runtime/affine_triton.py, what `AffineLinear` runs on CUDA) next to the unpacking
+path it replaces, torch's tinygemm int4 kernel and bf16 cuBLAS, same shapes.
+
+    python bench/affine_gemv.py [--ms 1,4,8] [--tag=-x]   # -> results/affine_gemv-cuda{tag}.json
+
+Shapes: Llama-3-8B's (4096², 1024 × 4096 k/v, 14336 × 4096 gate/up, 4096 × 14336
+down), 4-bit group 64 (and 8-bit group 64 at 4096²), bf16 x, bf16 scales and
+biases. Each timing replays a CUDA graph over enough weight copies that the working
+set exceeds 3× the L2. Ceiling: the packed bytes (words, scales, biases) at the
+measured copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from hostinfo import host  # noqa: E402
+from trellis_matvec import copies_for, copy_bandwidth, graph_time  # noqa: E402
+
+from tqbuild.runtime import affine_torch, affine_triton  # noqa: E402
+
+SHAPES = [("q 4096x4096", 4096, 4096, 4), ("kv 1024x4096", 1024, 4096, 4),
+          ("gate 14336x4096", 14336, 4096, 4), ("down 4096x14336", 4096, 14336, 4),
+          ("q8bit 4096x4096", 4096, 4096, 8)]
+GROUP = 64
+
+
+def affine_copies(out_f: int, in_f: int, bits: int, l2: int, g: torch.Generator):
+    words = torch.randint(-2**31, 2**31 - 1, (out_f, in_f * bits // 32), device="cuda",
+                          dtype=torch.int32, generator=g)
+    scales = (torch.rand(out_f, in_f // GROUP, device="cuda", generator=g) * 0.004).bfloat16()
+    biases = (-(2 ** (bits - 1)) * scales.float()).bfloat16()
+    nbytes = words.numel() * 4 + 2 * scales.numel() * 2
+    n = copies_for(nbytes, l2)
+    return [(words.clone(), scales.clone(), biases.clone()) for _ in range(n)], nbytes
+
+
+def tinygemm_copies(out_f: int, in_f: int, l2: int, g: torch.Generator):
+    q = torch.randint(0, 16, (out_f, in_f), device="cuda", dtype=torch.int32, generator=g)
+    w = torch.ops.aten._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8),
+                                                   8)
+    sz = torch.zeros(in_f // GROUP, out_f, 2, device="cuda", dtype=torch.bfloat16)
+    sz[..., 0] = 0.004
+    n = copies_for(w.numel() * w.element_size() + sz.numel() * 2, l2)
+    return [(w.clone(), sz.clone()) for _ in range(n)]
+
+
+def time_case(x, copies, dense, tiny, bits: int, out_f: int) -> dict:
+    """Seconds a call of each path at one x (CUDA graphs over the copies)."""
+    t = {"triton_seconds": graph_time(lambda: [
+        affine_triton.matmul(x, w, s, b, bits, GROUP, out_f) for w, s, b in copies]) / len(copies)}
+    t["unpack_seconds"] = graph_time(lambda: [
+        x @ affine_torch.affine_values(w, s, b, bits, GROUP).to(x.dtype).t()
+        for w, s, b in copies[:2]], n_iter=3) / 2
+    t["bf16_cublas_seconds"] = graph_time(lambda: [x @ w.t() for w in dense]) / len(dense)
+    if tiny is not None:
+        t["tinygemm_seconds"] = graph_time(lambda: [
+            torch.ops.aten._weight_int4pack_mm(x, w, GROUP, sz) for w, sz in tiny]) / len(tiny)
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ms", default="1,4,8")
+    ap.add_argument("--tag", default="")
+    a = ap.parse_args()
+    ms = [int(m) for m in a.ms.split(",")]
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    bw = copy_bandwidth()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    res = {"host": host(), "copy_bandwidth_Bps": bw, "group_size": GROUP, "cases": []}
+    out = HERE / "results" / f"affine_gemv-cuda{a.tag}.json"
+    for name, out_f, in_f, bits in SHAPES:
+        copies, nbytes = affine_copies(out_f, in_f, bits, l2, g)
+        dense = [torch.randn(out_f, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
+                 for _ in range(copies_for(out_f * in_f * 2, l2))]
+        tiny = tinygemm_copies(out_f, in_f, l2, g) if bits == 4 else None
+        for m in ms:
+            x = torch.randn(m, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
+            case = {"shape": name, "M": m, "bits": bits, "packed_bytes": nbytes,
+                    "plan": affine_triton.plan(out_f, in_f, x.device),
+                    **time_case(x, copies, dense, tiny, bits, out_f)}
+            t = case["triton_seconds"]
+            case["triton_GBps"] = nbytes / t / 1e9
+            case["fraction_of_copy_bandwidth"] = nbytes / t / bw
+            case["speedup_vs_bf16"] = case["bf16_cublas_seconds"] / t
+            if tiny is not None:
+                case["speedup_vs_tinygemm"] = case["tinygemm_seconds"] / t
+            res["cases"].append(case)
+            print(json.dumps(case), flush=True)
+            out.write_text(json.dumps(res, indent=1) + "\n")
+    assert not affine_triton._failed, affine_triton._failed
+    print("->", out)
+
+
+if __name__ == "__main__":
+    main()
