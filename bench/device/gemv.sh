@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One H200 call of the int8 trellis kernel work: bash bench/device/gemv.sh STEP...
-# Steps: build (compile every (k, L, code) library in parallel), tests (the
-# int8 kernel tests + the CUDA runtime and affine kernel tests), tcvar (rows_tc compile-time variants:
-# tests and times), affine (bench/affine_gemv.py), gemv (bench/trellis_gemv.py), decode (bench/decode_8b.py),
-# decodec (the same through torch.compile), ncu (Nsight Compute sections of the
-# M = 1 rows and cols kernels), triton (the Triton float kernels on CUDA).
+# Steps: build (compile every (k, L, code) library in parallel), tests (the int8
+# kernel tests + the CUDA runtime and affine kernel tests), tcvar (rows_tc
+# compile-time variants: tests and times), affine (bench/affine_gemv.py), gemv
+# (bench/trellis_gemv.py), decode (bench/decode_8b.py), decodec (the same through
+# torch.compile), ncu (Nsight Compute sections of the M = 1 rows and cols kernels),
+# triton (the Triton float kernels on CUDA).
 set -o pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=${TQBUILD_KERNEL_CACHE:-/tmp/tqk}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
