@@ -24,7 +24,10 @@ CASES = [(4, 64, 96, 256, 1, torch.float32, torch.float16, 1),
          (2, 64, 33, 576, 2, torch.float32, torch.bfloat16, 9),
          (5, 32, 40, 160, 5, torch.float32, torch.float16, 5),
          (6, 64, 17, 64, 1, torch.bfloat16, torch.float16, 1),
-         (4, 32, 65, 96, 7, torch.float16, torch.float16, 3)]
+         (4, 32, 65, 96, 7, torch.float16, torch.float16, 3),
+         (4, 256, 48, 512, 2, torch.float32, torch.float16, 2),  # a group spans tiles
+         (8, 96, 24, 192, 1, torch.float32, torch.float32, 3),  # groups across tile edges
+         (1, 32, 20, 128, 2, torch.float32, torch.float16, 1)]
 # relative to the largest output: float32 sums; 16-bit outputs (the interpreter
 # also rounds float32 -> bfloat16 by truncation, not to nearest)
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}

@@ -58,6 +58,44 @@ def serves(x: torch.Tensor, bits: int, in_features: int) -> bool:
 if triton is not None:
 
     @triton.jit
+    def _codes(w_ptr, rows, rmask, NW, k0, BITS: tl.constexpr, BN_: tl.constexpr,
+               BK_: tl.constexpr):
+        """q of inputs k0 … k0 + BK − 1 of the rows, int32 [BN, BK]."""
+        if 32 % BITS == 0:  # whole words: one load each, its PER fields by shifts
+            PER: tl.constexpr = 32 // BITS
+            wi = k0 // PER + tl.arange(0, BK_ // PER)
+            wt = tl.load(w_ptr + rows[:, None] * NW + wi[None, :], mask=rmask[:, None], other=0)
+            sh = tl.arange(0, PER) * BITS  # an arithmetic shift: the mask drops the sign
+            q = tl.reshape((wt[:, :, None] >> sh[None, None, :]) & ((1 << BITS) - 1), (BN_, BK_))
+        else:  # element i: the window over words i·bits // 32 and the next (zero past the end)
+            start = (k0 + tl.arange(0, BK_)) * BITS
+            i0 = start // 32
+            w0 = tl.load(w_ptr + rows[:, None] * NW + i0[None, :], mask=rmask[:, None],
+                         other=0).to(tl.int64) & 0xFFFFFFFF
+            w1 = tl.load(w_ptr + rows[:, None] * NW + i0[None, :] + 1,
+                         mask=rmask[:, None] & (i0 + 1 < NW)[None, :], other=0).to(tl.int64)
+            q = ((((w1 & 0xFFFFFFFF) << 32 | w0) >> (start % 32)[None, :])
+                 & ((1 << BITS) - 1)).to(tl.int32)
+        return q
+
+    @triton.jit
+    def _groups(p, rows, rmask, G, k0, GS: tl.constexpr, BN_: tl.constexpr,
+                BK_: tl.constexpr):
+        """A group parameter (scale or bias) of every input k0 … k0 + BK − 1, float32."""
+        if GS % BK_ == 0:  # the tile lies in one group
+            v = tl.load(p + rows * G + k0 // GS, mask=rmask, other=0).to(tl.float32)
+            return tl.broadcast_to(v[:, None], (BN_, BK_))
+        elif BK_ % GS == 0:  # whole groups: one load each, repeated GS times
+            gi = k0 // GS + tl.arange(0, BK_ // GS)
+            v = tl.load(p + rows[:, None] * G + gi[None, :], mask=rmask[:, None],
+                        other=0).to(tl.float32)
+            return tl.reshape(tl.broadcast_to(v[:, :, None], (BN_, BK_ // GS, GS)), (BN_, BK_))
+        else:
+            g = (k0 + tl.arange(0, BK_)) // GS
+            return tl.load(p + rows[:, None] * G + g[None, :], mask=rmask[:, None],
+                           other=0).to(tl.float32)
+
+    @triton.jit
     def _affine_mm(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, M, N, K, NW, G,
                    K_PER: tl.constexpr, BITS: tl.constexpr, GS: tl.constexpr, BN_: tl.constexpr,
                    BK_: tl.constexpr, MP: tl.constexpr, F32: tl.constexpr):
@@ -69,25 +107,12 @@ if triton is not None:
         acc = tl.zeros((BN_, MP), dtype=tl.float32)
         k_lo = split * K_PER
         for kk in range(0, K_PER, BK_):
-            ks = k_lo + kk + tl.arange(0, BK_)
-            start = ks * BITS
-            i0 = start // 32
-            sh = start % 32
-            w0 = tl.load(w_ptr + rows[:, None] * NW + i0[None, :], mask=rmask[:, None],
-                         other=0).to(tl.int64) & 0xFFFFFFFF
-            if 32 % BITS == 0:  # an element never leaves its word
-                q = (w0 >> sh[None, :]) & ((1 << BITS) - 1)
-            else:  # the window over this word and the next (zero past the row's end)
-                i1 = i0 + 1
-                w1 = tl.load(w_ptr + rows[:, None] * NW + i1[None, :],
-                             mask=rmask[:, None] & (i1 < NW)[None, :], other=0).to(tl.int64)
-                q = (((w1 & 0xFFFFFFFF) << 32 | w0) >> sh[None, :]) & ((1 << BITS) - 1)
-            g = ks // GS
-            s = tl.load(s_ptr + rows[:, None] * G + g[None, :], mask=rmask[:, None],
-                        other=0).to(tl.float32)
-            b = tl.load(b_ptr + rows[:, None] * G + g[None, :], mask=rmask[:, None],
-                        other=0).to(tl.float32)
+            k0 = k_lo + kk
+            q = _codes(w_ptr, rows, rmask, NW, k0, BITS, BN_, BK_)
+            s = _groups(s_ptr, rows, rmask, G, k0, GS, BN_, BK_)
+            b = _groups(b_ptr, rows, rmask, G, k0, GS, BN_, BK_)
             w = (q.to(tl.float32) * s + b).to(x_ptr.dtype.element_ty)
+            ks = k0 + tl.arange(0, BK_)
             xt = tl.load(x_ptr + ms[None, :] * K + ks[:, None], mask=(ms < M)[None, :],
                          other=0)
             if F32:  # float32 x, or the interpreter (its 16-bit dot is wrong): exact products
