@@ -4,13 +4,10 @@ where Triton is installed, on the GPU where there is one; and its routing."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
+from interpreter import run_cases
 
 from tqbuild.formats import mlx_affine as ma
 from tqbuild.runtime import affine_torch, affine_triton
@@ -60,15 +57,10 @@ def _kernel_cases(device: str) -> None:
 @pytest.mark.skipif(affine_triton.triton is None, reason="Triton is not installed")
 def test_affine_kernel_in_the_interpreter():
     """Every bit width 2–8 (3, 5, 6 straddle words), partial row tiles, M = 1..8,
-    three x dtypes, three scale dtypes, input splits (a subprocess: the interpreter
-    is chosen when Triton is imported)."""
+    three x dtypes, three scale dtypes, input splits."""
     if CUDA:
         pytest.skip("the CUDA test covers the kernel")
-    code = ("import sys; sys.path.insert(0, 'tests');"
-            "from test_affine_kernel import _kernel_cases; _kernel_cases('cpu')")
-    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
+    run_cases("test_affine_kernel", timeout=600)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")

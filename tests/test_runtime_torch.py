@@ -4,14 +4,11 @@ installed, on CUDA where a GPU is) against the reference, and a packed model."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 from cli_run import cli
+from interpreter import run_cases
 
 from tqbuild.formats import trellis as fmt
 from tqbuild.kernels.trellis_codes import code_table
@@ -101,15 +98,10 @@ def _period_kernel_cases(device):
 
 @pytest.mark.skipif(tt.triton is None, reason="Triton is not installed")
 def test_triton_kernels_in_the_interpreter():
-    """Triton's interpreter runs the kernels on CPU tensors (a subprocess: the
-    interpreter is chosen when Triton is imported)."""
+    """Triton's interpreter runs the kernels on CPU tensors."""
     if CUDA:
         pytest.skip("the CUDA test covers the kernels")
-    code = ("import sys; sys.path.insert(0, 'tests');"
-            "from test_runtime_torch import _kernel_cases; _kernel_cases('cpu')")
-    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
+    run_cases("test_runtime_torch", timeout=900)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
