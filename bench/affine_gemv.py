@@ -3,6 +3,8 @@
 path it replaces, torch's tinygemm int4 kernel and bf16 cuBLAS, same shapes.
 
     python bench/affine_gemv.py [--ms 1,4,8] [--tag=-x]   # -> results/affine_gemv-cuda{tag}.json
+    python bench/affine_gemv.py --sass     # no GPU: the kernels' sm_90 SASS a weight
+                                           # -> results/affine_sass.json
 
 Shapes: Llama-3-8B's (4096², 1024 × 4096 k/v, 14336 × 4096 gate/up, 4096 × 14336
 down), 4-bit group 64 (and 8-bit group 64 at 4096²), bf16 x, bf16 scales and
@@ -69,12 +71,68 @@ def time_case(x, copies, dense, tiny, bits: int, out_f: int) -> dict:
     return t
 
 
+def largest_loop(cubin: bytes) -> tuple[int, dict]:
+    """(instructions, opcode histogram) of the largest backward-branch loop."""
+    import collections
+    import re
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True,
+                             text=True).stdout
+    ins = [(int(m.group(1), 16), m.group(2).strip()) for ln in out.splitlines()
+           if (m := re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", ln))
+           and not m.group(2).strip().startswith("NOP")]
+    best: list = []
+    for i, (addr, text) in enumerate(ins):
+        b = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+        if b and int(b.group(1), 16) <= addr:
+            j = next(j for j, (a, _) in enumerate(ins) if a >= int(b.group(1), 16))
+            if i + 1 - j > len(best):
+                best = ins[j:i + 1]
+    hist = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0]
+                               for _, t in best)
+    return len(best), dict(hist.most_common())
+
+
+def sass(ms: list[int]) -> None:
+    """Every planned kernel of the 8B shapes compiled for sm_90 (Triton's ptxas; a
+    local cuobjdump reads it): the K loop's instructions a weight a thread (one trip
+    = one tile of BN × BK weights over 128 threads), by pipe."""
+    from gemv_sass import pipes
+
+    cuda = torch.device("cuda")
+    affine_triton._sms = lambda device: 132  # the H200
+    res: dict = {"arch": "sm_90", "cases": []}
+    for name, out_f, in_f, bits in SHAPES:
+        for m in ms:
+            bn, bk, splits = affine_triton.plan(out_f, in_f, m, cuda)
+            c = affine_triton.compile_ahead("bf16", "bf16", m, bits, GROUP, bn, bk,
+                                            in_f // splits)
+            n, hist = largest_loop(c.asm["cubin"])
+            per = bn * bk / (32 * c.metadata.num_warps)
+            case = {"shape": name, "M": m, "bits": bits, "plan": [bn, bk, splits],
+                    "loop_instructions": n, "per_weight": round(n / per, 2),
+                    "pipes_per_weight": {k: round(v / per, 2) for k, v in pipes(hist).items()},
+                    "histogram": hist}
+            res["cases"].append(case)
+            print(name, m, case["plan"], case["per_weight"], case["pipes_per_weight"], flush=True)
+    (HERE / "results" / "affine_sass.json").write_text(json.dumps(res, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ms", default="1,4,8")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--sass", action="store_true", help="no GPU: the kernels' SASS counts")
     a = ap.parse_args()
     ms = [int(m) for m in a.ms.split(",")]
+    if a.sass:
+        sass(ms)
+        return
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -88,7 +146,7 @@ def main() -> None:
         for m in ms:
             x = torch.randn(m, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
             case = {"shape": name, "M": m, "bits": bits, "packed_bytes": nbytes,
-                    "plan": affine_triton.plan(out_f, in_f, x.device),
+                    "plan": affine_triton.plan(out_f, in_f, m, x.device),
                     **time_case(x, copies, dense, tiny, bits, out_f)}
             t = case["triton_seconds"]
             case["triton_GBps"] = nbytes / t / 1e9

@@ -4,6 +4,9 @@ where Triton is installed, on the GPU where there is one; and its routing."""
 
 from __future__ import annotations
 
+import functools
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -24,7 +27,9 @@ CASES = [(4, 64, 96, 256, 1, torch.float32, torch.float16, 1),
          (4, 32, 65, 96, 7, torch.float16, torch.float16, 3),
          (4, 256, 48, 512, 2, torch.float32, torch.float16, 2),  # a group spans tiles
          (8, 96, 24, 192, 1, torch.float32, torch.float32, 3),  # groups across tile edges
-         (1, 32, 20, 128, 2, torch.float32, torch.float16, 1)]
+         (1, 32, 20, 128, 2, torch.float32, torch.float16, 1),
+         (3, 32, 30, 256, 2, torch.float32, torch.float16, 2),  # M ≤ 2, straddling widths
+         (4, 36, 10, 288, 1, torch.float32, torch.float16, 1)]  # groups splitting a word
 # relative to the largest output: float32 sums; 16-bit outputs (the interpreter
 # also rounds float32 -> bfloat16 by truncation, not to nearest)
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
@@ -108,15 +113,18 @@ def test_affine_kernel_serves_only_what_it_handles(monkeypatch):
 
 
 def test_affine_kernel_plan_fills_the_gpu(monkeypatch):
-    """Row tiles as wide as still give every SM a program; inputs split (whole
-    tiles, a divisor) only where half the SMs would idle; one program on CPU."""
+    """M ≤ 2: row tiles as wide as still give every SM a program; M > 2: 64 rows;
+    inputs split (whole tiles, a divisor) where half the SMs would idle; one
+    program a row tile on CPU."""
     monkeypatch.setattr(affine_triton, "_sms", lambda device: 132)
-    cuda = torch.device("cuda")
-    assert affine_triton.plan(14336, 4096, cuda) == (64, 1)  # 224 programs
-    assert affine_triton.plan(4096, 4096, cuda) == (16, 1)  # 256
-    assert affine_triton.plan(1024, 4096, cuda) == (16, 2)  # 64 -> 128
-    assert affine_triton.plan(128, 576, cuda) == (16, 9)  # 8 programs, 9 tiles of 64
-    assert affine_triton.plan(4096, 4096, torch.device("cpu")) == (16, 1)
+    plan = functools.partial(affine_triton.plan, device=torch.device("cuda"))
+    assert plan(14336, 4096, 4) == (64, 128, 1)  # 224 programs
+    assert plan(14336, 4096, 1) == (64, 64, 1)  # M ≤ 2: 4096 weights a tile
+    assert plan(4096, 4096, 1) == (16, 128, 1)  # 256
+    assert plan(4096, 4096, 4) == (64, 128, 2)  # M > 2: 64 rows; 64 -> 128 programs
+    assert plan(1024, 4096, 8) == (64, 128, 8)  # 16 -> 128
+    assert plan(128, 576, 2) == (16, 64, 9)  # 8 programs, 9 tiles of 64
+    assert affine_triton.plan(4096, 4096, 1, torch.device("cpu")) == (16, 128, 1)
 
 
 def test_affine_matmul_falls_back_when_the_kernel_fails(monkeypatch):
@@ -173,3 +181,20 @@ def test_affine_op_is_one_node_under_torch_compile():
     want = x @ affine_torch.affine_values(words, scales, biases, 4, 64).t()
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     assert sum("tqbuild.affine_matmul" in t for t in seen) == 1, seen
+
+
+@pytest.mark.skipif(affine_triton.triton is None, reason="Triton is not installed")
+@pytest.mark.parametrize("m", [1, 2, 4, 8])
+def test_affine_kernel_compiles_for_sm90(m, monkeypatch):
+    """The kernels `matmul` launches build for the H100/H200 (sm_90) at the planner's
+    tiles for Llama-3-8B's shapes (Triton's own ptxas; no GPU needed)."""
+    if os.environ.get("TRITON_INTERPRET", "0") in ("1", "true", "True"):
+        pytest.skip("the interpreter compiles nothing")
+    monkeypatch.setattr(affine_triton, "_sms", lambda device: 132)
+    for n, k, bits, gs, xd, sd in ((4096, 4096, 4, 64, "bf16", "bf16"),
+                                   (1024, 4096, 4, 64, "bf16", "bf16"),
+                                   (14336, 4096, 8, 128, "fp16", "fp16"),
+                                   (4096, 14336, 3, 64, "bf16", "fp32")):
+        bn, bk, splits = affine_triton.plan(n, k, m, torch.device("cuda"))
+        c = affine_triton.compile_ahead(xd, sd, m, bits, gs, bn, bk, k // splits)
+        assert c.asm["cubin"], (n, k, bits, m)

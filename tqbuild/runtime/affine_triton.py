@@ -2,15 +2,16 @@
 
 Without it `AffineLinear` unpacks its whole weight on every call. Here a program
 takes BN (64, 32 or 16) output rows and one split of the inputs, and walks that
-split in tiles of BK inputs (128, 64 or 32, the largest dividing in_features):
-it reads the tile's packed words per element position (element i of a row sits
-at bit i·bits, little-endian, a window over words i·bits//32 and the next —
-`formats.mlx_affine.unpack`), forms q·scale + bias in float32, rounds it to x's
-dtype (as `AffineLinear.values().to(x.dtype)` does) and multiplies on the tensor
-cores with float32 accumulation, x padded to 16 rows. One split writes x's dtype
-itself; a small N splits the inputs, whose float32 partial sums torch adds in
-split order (deterministic, no atomics). TQBUILD_AFFINE_KERNEL=0 keeps the
-unpacking path."""
+split in tiles of BK inputs (128, 64 or 32, the largest dividing in_features): it
+loads each packed word once and splits it by shifts (element i of a row sits at bit
+i·bits, little-endian — `formats.mlx_affine.unpack`; 3, 5 and 6 bits read the
+window over two words), each group's scale and bias once, and forms q·scale + bias
+in float32. At M ≤ 2 those float32 values multiply x in float32, the products kept
+a tile wide and summed once at the end; at M = 3–8 the values are rounded to x's
+dtype (as `AffineLinear.values().to(x.dtype)`) for the tensor cores, float32 sums,
+x padded to 16 rows. One split writes x's dtype itself; a small N splits the
+inputs, whose float32 partial sums torch adds in split order (deterministic, no
+atomics). TQBUILD_AFFINE_KERNEL=0 keeps the unpacking path."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ MAX_M = 8
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BNS = (64, 32, 16)  # output rows a program tile (`plan`)
 BKS = (128, 64, 32)  # inputs a tile: the largest that divides in_features
+VEC_TILE = 4096  # M ≤ 2: weights a tile (their float32 products stay in registers)
 
 _failed: list[str] = []
 
@@ -42,8 +44,10 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") in ("1", "true", "True")
 
 
-def _bk(K: int) -> int:
-    return next((b for b in BKS if K % b == 0), 0)
+def _bk(K: int, bn: int = 16, m: int = MAX_M) -> int:
+    """Inputs a tile: the largest of BKS dividing K (at M ≤ 2, within VEC_TILE
+    elements a tile: its float32 sums stay in registers); 0 where none does."""
+    return next((b for b in BKS if K % b == 0 and (m > 2 or bn * b <= VEC_TILE)), 0)
 
 
 def serves(x: torch.Tensor, bits: int, in_features: int) -> bool:
@@ -96,6 +100,45 @@ if triton is not None:
                            other=0).to(tl.float32)
 
     @triton.jit
+    def _affine_vec(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, M, N, K, NW, G,
+                    K_PER: tl.constexpr, BITS: tl.constexpr, GS: tl.constexpr,
+                    BN_: tl.constexpr, BK_: tl.constexpr, MP: tl.constexpr):
+        """M ≤ 2 at whole-word widths: a tile held as [rows, words, fields] (no
+        reshape: ~11 instructions a weight against ~22 in _affine_mm's M ≤ 2 branch,
+        sm_90 SASS), float32 values times x, the products summed once at the end."""
+        PER: tl.constexpr = 32 // BITS
+        BW: tl.constexpr = BK_ // PER
+        pid_n = tl.program_id(0)
+        split = tl.program_id(1)
+        rows = pid_n * BN_ + tl.arange(0, BN_)
+        rmask = rows < N
+        j = tl.arange(0, BW)
+        e = tl.arange(0, PER)
+        k_lo = split * K_PER
+        a0 = tl.zeros((BN_, BW, PER), dtype=tl.float32)
+        a1 = tl.zeros((BN_, BW, PER), dtype=tl.float32)
+        for kk in range(0, K_PER, BK_):
+            k0 = k_lo + kk
+            wt = tl.load(w_ptr + rows[:, None] * NW + (k0 // PER + j)[None, :],
+                         mask=rmask[:, None], other=0)
+            q = (wt[:, :, None] >> (e * BITS)[None, None, :]) & ((1 << BITS) - 1)
+            g = (k0 + j * PER) // GS
+            sc = tl.load(s_ptr + rows[:, None] * G + g[None, :], mask=rmask[:, None],
+                         other=0).to(tl.float32)
+            bi = tl.load(b_ptr + rows[:, None] * G + g[None, :], mask=rmask[:, None],
+                         other=0).to(tl.float32)
+            w = q.to(tl.float32) * sc[:, :, None] + bi[:, :, None]
+            xk = k0 + j[:, None] * PER + e[None, :]
+            a0 += w * tl.load(x_ptr + xk).to(tl.float32)[None, :, :]
+            if MP == 2:
+                a1 += w * tl.load(x_ptr + K + xk, mask=M > 1, other=0).to(tl.float32)[None, :, :]
+        o = out_ptr + split * M * N + rows
+        tl.store(o, tl.sum(tl.sum(a0, axis=2), axis=1).to(out_ptr.dtype.element_ty), mask=rmask)
+        if MP == 2:
+            tl.store(o + N, tl.sum(tl.sum(a1, axis=2), axis=1).to(out_ptr.dtype.element_ty),
+                     mask=rmask & (M > 1))
+
+    @triton.jit
     def _affine_mm(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, M, N, K, NW, G,
                    K_PER: tl.constexpr, BITS: tl.constexpr, GS: tl.constexpr, BN_: tl.constexpr,
                    BK_: tl.constexpr, MP: tl.constexpr, F32: tl.constexpr):
@@ -103,24 +146,44 @@ if triton is not None:
         split = tl.program_id(1)
         rows = pid_n * BN_ + tl.arange(0, BN_)
         rmask = rows < N
-        ms = tl.arange(0, MP)
-        acc = tl.zeros((BN_, MP), dtype=tl.float32)
         k_lo = split * K_PER
-        for kk in range(0, K_PER, BK_):
-            k0 = k_lo + kk
-            q = _codes(w_ptr, rows, rmask, NW, k0, BITS, BN_, BK_)
-            s = _groups(s_ptr, rows, rmask, G, k0, GS, BN_, BK_)
-            b = _groups(b_ptr, rows, rmask, G, k0, GS, BN_, BK_)
-            w = (q.to(tl.float32) * s + b).to(x_ptr.dtype.element_ty)
-            ks = k0 + tl.arange(0, BK_)
-            xt = tl.load(x_ptr + ms[None, :] * K + ks[:, None], mask=(ms < M)[None, :],
-                         other=0)
-            if F32:  # float32 x, or the interpreter (its 16-bit dot is wrong): exact products
-                acc += tl.dot(w.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
-            else:
-                acc += tl.dot(w, xt)
-        o = out_ptr + split * M * N + ms[None, :] * N + rows[:, None]
-        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (ms < M)[None, :])
+        o = out_ptr + split * M * N + rows
+        if MP <= 2:  # one or two rows of x: float32 products kept a tile wide, summed once
+            a0 = tl.zeros((BN_, BK_), dtype=tl.float32)
+            a1 = tl.zeros((BN_, BK_), dtype=tl.float32)
+            for kk in range(0, K_PER, BK_):
+                k0 = k_lo + kk
+                q = _codes(w_ptr, rows, rmask, NW, k0, BITS, BN_, BK_)
+                s = _groups(s_ptr, rows, rmask, G, k0, GS, BN_, BK_)
+                b = _groups(b_ptr, rows, rmask, G, k0, GS, BN_, BK_)
+                w = q.to(tl.float32) * s + b
+                ks = k0 + tl.arange(0, BK_)
+                a0 += w * tl.load(x_ptr + ks).to(tl.float32)[None, :]
+                if MP == 2:
+                    a1 += w * tl.load(x_ptr + K + ks, mask=(ks < K) & (M > 1),
+                                      other=0).to(tl.float32)[None, :]
+            tl.store(o, tl.sum(a0, axis=1).to(out_ptr.dtype.element_ty), mask=rmask)
+            if MP == 2:
+                tl.store(o + N, tl.sum(a1, axis=1).to(out_ptr.dtype.element_ty),
+                         mask=rmask & (M > 1))
+        else:  # the tensor cores: the values rounded to x's dtype, x padded to MP rows
+            ms = tl.arange(0, MP)
+            acc = tl.zeros((BN_, MP), dtype=tl.float32)
+            for kk in range(0, K_PER, BK_):
+                k0 = k_lo + kk
+                q = _codes(w_ptr, rows, rmask, NW, k0, BITS, BN_, BK_)
+                s = _groups(s_ptr, rows, rmask, G, k0, GS, BN_, BK_)
+                b = _groups(b_ptr, rows, rmask, G, k0, GS, BN_, BK_)
+                w = (q.to(tl.float32) * s + b).to(x_ptr.dtype.element_ty)
+                ks = k0 + tl.arange(0, BK_)
+                xt = tl.load(x_ptr + ms[None, :] * K + ks[:, None], mask=(ms < M)[None, :],
+                             other=0)
+                if F32:  # float32 x, or the interpreter (its 16-bit dot is wrong)
+                    acc += tl.dot(w.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
+                else:
+                    acc += tl.dot(w, xt)
+            tl.store(o[:, None] + ms[None, :] * N, acc.to(out_ptr.dtype.element_ty),
+                     mask=rmask[:, None] & (ms < M)[None, :])
 
 
 @functools.cache
@@ -128,20 +191,31 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def plan(N: int, K: int, device: torch.device) -> tuple[int, int]:
-    """(output rows a program, input splits): the widest row tile that still gives
-    every streaming multiprocessor a program, else 16 rows; inputs split (whole
-    tiles) only where even that leaves half of them idle. One program, no split,
+def plan(N: int, K: int, M: int, device: torch.device) -> tuple[int, int, int]:
+    """(output rows a program, inputs a tile, input splits). M ≤ 2: the widest row
+    tile that still gives every streaming multiprocessor a program, else 16 rows;
+    M > 2: 64 rows (the tensor-core path needs them: sm_90 SASS 13.3 instructions a
+    weight at 64 rows, 32.7 at 16; bench/results/affine_sass.json). Inputs split
+    (whole tiles) where half the SMs would idle. One program a row tile, no split,
     on the interpreter. A split call adds a kernel (the fixed-order sum)."""
     if device.type != "cuda":
-        return BNS[-1], 1
+        return BNS[-1], _bk(K, BNS[-1], M), 1
     sms = _sms(device)
-    bn = next((b for b in BNS if -(-N // b) >= sms), BNS[-1])
-    progs, tiles = -(-N // bn), K // _bk(K)
+    bn = BNS[0] if M > 2 else next((b for b in BNS if -(-N // b) >= sms), BNS[-1])
+    bk = _bk(K, bn, M)
+    progs, tiles = -(-N // bn), K // bk
     s = max(1, min(tiles, sms // progs)) if 2 * progs < sms else 1
     while tiles % s:
         s -= 1
-    return bn, s
+    return bn, bk, s
+
+
+def _kernel_for(M: int, bits: int, group_size: int, f32: bool):
+    """The kernel for M rows of x and its M-dependent constants: `_affine_vec` at M ≤ 2
+    where whole words hold whole fields of one group, else `_affine_mm`."""
+    if M <= 2 and 32 % bits == 0 and group_size % (32 // bits) == 0:
+        return _affine_vec, {"MP": M}
+    return _affine_mm, {"MP": M if M <= 2 else 16, "F32": f32 or _interpreting()}
 
 
 def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
@@ -154,17 +228,17 @@ def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: t
     K = x.shape[-1]
     x2 = x.reshape(-1, K).contiguous()
     M, N = x2.shape[0], out_features
-    bn, auto = plan(N, K, x.device)
+    bn, bk, auto = plan(N, K, M, x.device)
     splits = splits or auto
-    assert (K // _bk(K)) % splits == 0, (K, splits)
+    assert (K // bk) % splits == 0, (K, bk, splits)
     # one split writes x's dtype itself; several write float32 partial sums
     out = torch.empty((splits, M, N) if splits > 1 else (M, N), device=x.device,
                       dtype=torch.float32 if splits > 1 else x.dtype)
+    args = (x2, words, scales, biases, out, M, N, K, words.shape[-1], scales.shape[-1])
+    kernel, consts = _kernel_for(M, bits, group_size, x2.dtype == torch.float32)
     try:
-        _affine_mm[(triton.cdiv(N, bn), splits)](
-            x2, words, scales, biases, out, M, N, K, words.shape[-1], scales.shape[-1],
-            K_PER=K // splits, BITS=bits, GS=group_size, BN_=bn, BK_=_bk(K), MP=16,
-            F32=x2.dtype == torch.float32 or _interpreting())
+        kernel[(triton.cdiv(N, bn), splits)](*args, K_PER=K // splits, BITS=bits,
+                                             GS=group_size, BN_=bn, BK_=bk, **consts)
     except Exception as e:  # noqa: BLE001 - a Triton compile or launch failure
         _failed.append(f"{type(e).__name__}: {e}")
         warnings.warn(f"affine Triton kernel unavailable ({_failed[-1][:300]}); "
@@ -172,3 +246,23 @@ def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: t
         return None
     y = out if splits == 1 else out.sum(0).to(x.dtype)
     return y.reshape(*x.shape[:-1], N)
+
+
+def compile_ahead(x_dtype: str, s_dtype: str, M: int, bits: int, group_size: int, bn: int,
+                  bk: int, k_per: int, arch: int = 90):
+    """The kernel `matmul` launches for M rows, compiled for CUDA sm_<arch> without a
+    GPU (Triton ships ptxas): a build check, and its SASS for counting
+    (`.asm["cubin"]`). Dtypes as Triton spells them (bf16, fp16, fp32)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel, consts = _kernel_for(M, bits, group_size, x_dtype == "fp32")
+    sig = {"x_ptr": f"*{x_dtype}", "w_ptr": "*i32", "s_ptr": f"*{s_dtype}",
+           "b_ptr": f"*{s_dtype}", "out_ptr": f"*{x_dtype}", **dict.fromkeys(
+               ("M", "N", "K", "NW", "G"), "i32")}
+    const = {"K_PER": k_per, "BITS": bits, "GS": group_size, "BN_": bn, "BK_": bk, **consts}
+    sig.update(dict.fromkeys(const, "constexpr"))
+    names = kernel.arg_names
+    src = ASTSource(fn=kernel, signature=sig,
+                    constexprs={(names.index(k),): v for k, v in const.items()})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32))
