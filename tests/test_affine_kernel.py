@@ -141,7 +141,8 @@ def test_affine_matmul_falls_back_when_the_kernel_fails(monkeypatch):
             return launch
 
     monkeypatch.setattr(affine_triton, "_failed", [])
-    monkeypatch.setattr(affine_triton, "_affine_mm", Broken(), raising=False)
+    for kernel in ("_affine_vec", "_affine_mm"):  # whichever M = 2 takes (absent sans Triton)
+        monkeypatch.setattr(affine_triton, kernel, Broken(), raising=False)
     monkeypatch.setattr(affine_triton, "triton", affine_triton.triton or _FakeTriton())
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.warns(UserWarning, match="unpacking the weight"):
