@@ -100,6 +100,15 @@ if triton is not None:
                            other=0).to(tl.float32)
 
     @triton.jit
+    def _values(w_ptr, s_ptr, b_ptr, rows, rmask, NW, G, k0, BITS: tl.constexpr,
+                GS: tl.constexpr, BN_: tl.constexpr, BK_: tl.constexpr):
+        """q·scale + bias of inputs k0 … k0 + BK − 1 of the rows, float32 [BN, BK]."""
+        q = _codes(w_ptr, rows, rmask, NW, k0, BITS, BN_, BK_)
+        s = _groups(s_ptr, rows, rmask, G, k0, GS, BN_, BK_)
+        b = _groups(b_ptr, rows, rmask, G, k0, GS, BN_, BK_)
+        return q.to(tl.float32) * s + b
+
+    @triton.jit
     def _affine_vec(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, M, N, K, NW, G,
                     K_PER: tl.constexpr, BITS: tl.constexpr, GS: tl.constexpr,
                     BN_: tl.constexpr, BK_: tl.constexpr, MP: tl.constexpr):
@@ -153,15 +162,11 @@ if triton is not None:
             a1 = tl.zeros((BN_, BK_), dtype=tl.float32)
             for kk in range(0, K_PER, BK_):
                 k0 = k_lo + kk
-                q = _codes(w_ptr, rows, rmask, NW, k0, BITS, BN_, BK_)
-                s = _groups(s_ptr, rows, rmask, G, k0, GS, BN_, BK_)
-                b = _groups(b_ptr, rows, rmask, G, k0, GS, BN_, BK_)
-                w = q.to(tl.float32) * s + b
+                w = _values(w_ptr, s_ptr, b_ptr, rows, rmask, NW, G, k0, BITS, GS, BN_, BK_)
                 ks = k0 + tl.arange(0, BK_)
                 a0 += w * tl.load(x_ptr + ks).to(tl.float32)[None, :]
                 if MP == 2:
-                    a1 += w * tl.load(x_ptr + K + ks, mask=(ks < K) & (M > 1),
-                                      other=0).to(tl.float32)[None, :]
+                    a1 += w * tl.load(x_ptr + K + ks, mask=M > 1, other=0).to(tl.float32)[None, :]
             tl.store(o, tl.sum(a0, axis=1).to(out_ptr.dtype.element_ty), mask=rmask)
             if MP == 2:
                 tl.store(o + N, tl.sum(a1, axis=1).to(out_ptr.dtype.element_ty),
@@ -171,10 +176,8 @@ if triton is not None:
             acc = tl.zeros((BN_, MP), dtype=tl.float32)
             for kk in range(0, K_PER, BK_):
                 k0 = k_lo + kk
-                q = _codes(w_ptr, rows, rmask, NW, k0, BITS, BN_, BK_)
-                s = _groups(s_ptr, rows, rmask, G, k0, GS, BN_, BK_)
-                b = _groups(b_ptr, rows, rmask, G, k0, GS, BN_, BK_)
-                w = (q.to(tl.float32) * s + b).to(x_ptr.dtype.element_ty)
+                w = _values(w_ptr, s_ptr, b_ptr, rows, rmask, NW, G, k0, BITS, GS, BN_,
+                            BK_).to(x_ptr.dtype.element_ty)
                 ks = k0 + tl.arange(0, BK_)
                 xt = tl.load(x_ptr + ms[None, :] * K + ks[:, None], mask=(ms < M)[None, :],
                              other=0)
