@@ -105,11 +105,6 @@ __device__ __forceinline__ uint32_t state(const uint32_t (&w)[K + 1], int v) {
 #ifndef TQ_TC_LSTATE
 #define TQ_TC_LSTATE 1  // rows_tc: states within a word by a left then a right shift
 #endif
-// state() for an ALU-bound loop (rows_tc: SHF, LOP3, PRMT, address arithmetic on
-// the ALU pipe, only the hash on the FMA pipe): a window inside one word is
-// left-aligned by a multiply (IMAD.SHL, the FMA pipe; ptxas would fold a plain
-// shift pair back into SHF + LOP3), then one right shift drops the bits below it,
-// no mask; windows at bit 0 or across two words as state()
 #ifndef TQ_TC_CMUL
 #define TQ_TC_CMUL -1  // rows_tc: ≥ 0: in-word windows by a multiply only for weights v < N
 #endif
@@ -123,6 +118,11 @@ __constant__ uint32_t kPow2[32] = {
     1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23,
     1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
 #endif
+// state() for an ALU-bound loop (rows_tc: SHF, LOP3, PRMT, address arithmetic on
+// the ALU pipe, only the hash on the FMA pipe): a window inside one word is
+// left-aligned by a multiply (IMAD.SHL, the FMA pipe; ptxas would fold a plain
+// shift pair back into SHF + LOP3), then one right shift drops the bits below it,
+// no mask; windows at bit 0 or across two words as state()
 __device__ __forceinline__ uint32_t state_l(const uint32_t (&w)[K + 1], int v) {
     const int wi = (K * v) >> 5, sh = (K * v) & 31;
 #if TQ_TC_CMUL >= 0
