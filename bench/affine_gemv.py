@@ -26,6 +26,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from decode_8b import affine_tq  # noqa: E402
 from hostinfo import host  # noqa: E402
 from trellis_matvec import copies_for, copy_bandwidth, graph_time  # noqa: E402
 
@@ -38,13 +39,12 @@ GROUP = 64
 
 
 def affine_copies(out_f: int, in_f: int, bits: int, l2: int, g: torch.Generator):
-    words = torch.randint(-2**31, 2**31 - 1, (out_f, in_f * bits // 32), device="cuda",
-                          dtype=torch.int32, generator=g)
-    scales = (torch.rand(out_f, in_f // GROUP, device="cuda", generator=g) * 0.004).bfloat16()
-    biases = (-(2 ** (bits - 1)) * scales.float()).bfloat16()
-    nbytes = words.numel() * 4 + 2 * scales.numel() * 2
+    """(words, scales, biases) copies of one random affine module (decode_8b's), enough
+    to exceed the L2 three times; and the bytes of one."""
+    m = affine_tq(out_f, in_f, g, bits, GROUP)
+    nbytes = m.weight.numel() * 4 + 2 * m.scales.numel() * 2
     n = copies_for(nbytes, l2)
-    return [(words.clone(), scales.clone(), biases.clone()) for _ in range(n)], nbytes
+    return [(m.weight.clone(), m.scales.clone(), m.biases.clone()) for _ in range(n)], nbytes
 
 
 def tinygemm_copies(out_f: int, in_f: int, l2: int, g: torch.Generator):

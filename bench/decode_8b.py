@@ -84,7 +84,7 @@ def affine_tq(out_f: int, in_f: int, g: torch.Generator, bits: int = 4,
     words = torch.randint(-2**31, 2**31 - 1, (out_f, in_f * bits // 32), device="cuda",
                           dtype=torch.int32, generator=g)
     scales = (torch.rand(out_f, in_f // group, device="cuda", generator=g) * 0.004).bfloat16()
-    biases = (-8 * scales.float()).bfloat16()
+    biases = (-(2 ** (bits - 1)) * scales.float()).bfloat16()  # values centred on 0
     return AffineLinear(words, scales, biases, bits, group)
 
 
