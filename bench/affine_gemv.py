@@ -1,10 +1,12 @@
 """Decode-matmul of packed MLX affine weights on the GPU: tq-build's Triton kernel
-(runtime/affine_triton.py, what `AffineLinear` runs on CUDA) next to the unpacking
-path it replaces, torch's tinygemm int4 kernel and bf16 cuBLAS, same shapes.
+(runtime/affine_triton.py, what `AffineLinear` runs on CUDA) and its tensor-core
+CUDA kernel (runtime/affine_cuda.py, TQBUILD_AFFINE_KERNEL=cuda) next to the
+unpacking path they replace, torch's tinygemm int4 kernel and bf16 cuBLAS, same shapes.
 
     python bench/affine_gemv.py [--ms 1,4,8] [--tag=-x]   # -> results/affine_gemv-cuda{tag}.json
     python bench/affine_gemv.py --sass     # no GPU: the kernels' sm_90 SASS a weight
-                                           # -> results/affine_sass.json
+                                           # -> results/affine_sass.json (the CUDA
+                                           # kernel's with the nvcc on PATH)
 
 Shapes: Llama-3-8B's (4096², 1024 × 4096 k/v, 14336 × 4096 gate/up, 4096 × 14336
 down), 4-bit group 64 (and 8-bit group 64 at 4096²), bf16 x, bf16 scales and
@@ -30,7 +32,7 @@ from decode_8b import affine_tq  # noqa: E402
 from hostinfo import host  # noqa: E402
 from trellis_matvec import copies_for, copy_bandwidth, graph_time  # noqa: E402
 
-from tqbuild.runtime import affine_torch, affine_triton  # noqa: E402
+from tqbuild.runtime import affine_cuda, affine_torch, affine_triton  # noqa: E402
 
 SHAPES = [("q 4096x4096", 4096, 4096, 4), ("kv 1024x4096", 1024, 4096, 4),
           ("gate 14336x4096", 14336, 4096, 4), ("down 4096x14336", 4096, 14336, 4),
@@ -61,6 +63,10 @@ def time_case(x, copies, dense, tiny, bits: int, out_f: int) -> dict:
     """Seconds a call of each path at one x (CUDA graphs over the copies)."""
     t = {"triton_seconds": graph_time(lambda: [
         affine_triton.matmul(x, w, s, b, bits, GROUP, out_f) for w, s, b in copies]) / len(copies)}
+    if affine_cuda.handles(*x.shape, x.dtype, copies[0][1].dtype, bits, GROUP):
+        t["cuda_seconds"] = graph_time(lambda: [
+            affine_cuda.matmul(x, w, s, b, bits, GROUP, out_f) for w, s, b in copies]) / len(
+                copies)
     t["unpack_seconds"] = graph_time(lambda: [
         x @ affine_torch.affine_values(w, s, b, bits, GROUP).to(x.dtype).t()
         for w, s, b in copies[:2]], n_iter=3) / 2
@@ -71,8 +77,9 @@ def time_case(x, copies, dense, tiny, bits: int, out_f: int) -> dict:
     return t
 
 
-def largest_loop(cubin: bytes) -> tuple[int, dict]:
-    """(instructions, opcode histogram) of the largest backward-branch loop."""
+def largest_loop(cubin: bytes, function: str | None = None) -> tuple[int, dict]:
+    """(instructions, opcode histogram) of the largest backward-branch loop (of one
+    function, by its mangled name)."""
     import collections
     import re
     import subprocess
@@ -81,7 +88,8 @@ def largest_loop(cubin: bytes) -> tuple[int, dict]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True,
+        fun = ["-fun", function] if function else []
+        out = subprocess.run(["cuobjdump", "-sass", *fun, f.name], capture_output=True,
                              text=True).stdout
     ins = [(int(m.group(1), 16), m.group(2).strip()) for ln in out.splitlines()
            if (m := re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", ln))
@@ -120,7 +128,43 @@ def sass(ms: list[int]) -> None:
                     "histogram": hist}
             res["cases"].append(case)
             print(name, m, case["plan"], case["per_weight"], case["pipes_per_weight"], flush=True)
+    res["cuda_kernel"] = cuda_sass()
     (HERE / "results" / "affine_sass.json").write_text(json.dumps(res, indent=1) + "\n")
+
+
+def cuda_sass() -> list[dict] | str:
+    """runtime/affine_gemv.cu compiled for sm_90 by the nvcc on PATH: its loop's
+    instructions a weight a lane (one trip: AFF_DEPTH chunks × 4 words × 2 rows ×
+    32 / bits fields) and registers, per (bits, dtype)."""
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    from gemv_sass import pipes
+
+    if shutil.which("nvcc") is None:
+        return "no nvcc on PATH"
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "a.cubin"
+        p = subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
+                            str(cubin), str(affine_cuda.SOURCE)], capture_output=True,
+                           text=True, check=True)
+        regs = re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers",
+                          p.stdout + p.stderr, re.S)
+        out = []
+        for name, nregs in regs:
+            bits, dt = (int(v) for v in re.match(r"_Z10affine_mmaILi(\d)ELi(\d)", name).groups())
+            n, hist = largest_loop(cubin.read_bytes(), name)
+            per = 4 * 4 * 2 * (32 // bits)
+            out.append({"bits": bits, "x_dtype": ["bf16", "fp16"][dt], "registers": int(nregs),
+                        "loop_instructions": n, "per_weight": round(n / per, 2),
+                        "pipes_per_weight": {k: round(v / per, 2)
+                                             for k, v in pipes(hist).items()},
+                        "histogram": hist})
+            print("cuda", out[-1]["bits"], out[-1]["x_dtype"], out[-1]["per_weight"],
+                  out[-1]["pipes_per_weight"], flush=True)
+    return out
 
 
 def main() -> None:
@@ -154,10 +198,17 @@ def main() -> None:
             case["speedup_vs_bf16"] = case["bf16_cublas_seconds"] / t
             if tiny is not None:
                 case["speedup_vs_tinygemm"] = case["tinygemm_seconds"] / t
+            if "cuda_seconds" in case:
+                c = case["cuda_seconds"]
+                case["cuda_fraction_of_copy_bandwidth"] = nbytes / c / bw
+                case["cuda_speedup_vs_bf16"] = case["bf16_cublas_seconds"] / c
+                if tiny is not None:
+                    case["cuda_speedup_vs_tinygemm"] = case["tinygemm_seconds"] / c
             res["cases"].append(case)
             print(json.dumps(case), flush=True)
             out.write_text(json.dumps(res, indent=1) + "\n")
     assert not affine_triton._failed, affine_triton._failed
+    assert not affine_cuda._failed, affine_cuda._failed
     print("->", out)
 
 

@@ -23,7 +23,9 @@ transformers. Variants swap the decoder linears in place:
               4-bit, group 64, bf16 scales and biases) on its Triton kernel
               (runtime/affine_triton.py), as the artifacts' runtime serves them;
   q3-fused-tq — q3-fused with its attention on AffineLinear: the Q3 artifact
-              as the transformers runtime runs it.
+              as the transformers runtime runs it;
+  affine4-cu, q3-fused-cu — the -tq variants with TQBUILD_AFFINE_KERNEL=cuda
+              (AffineLinear on the tensor-core CUDA kernel, runtime/affine_cuda.py).
 lm_head stays bf16 in every variant (8-bit in the recipes; the same bytes here
 for all). `--compile`: each variant's forward also through torch.compile
 (inductor fuses the norms, RoPE and elementwise work between the linears;
@@ -176,6 +178,9 @@ def main() -> None:
     run("bf16")
     swap(model, ATTN + MLP, lambda nm, o, i: affine_tq(o, i, g))
     run("affine4-tq")
+    os.environ["TQBUILD_AFFINE_KERNEL"] = "cuda"
+    run("affine4-cu")
+    os.environ.pop("TQBUILD_AFFINE_KERNEL")
     try:
         swap(model, ATTN + MLP, lambda nm, o, i: Int4Linear(o, i, g))
         run("affine4")
@@ -194,6 +199,9 @@ def main() -> None:
     run("q3-attn-bf16")
     swap(model, ATTN, lambda nm, o, i: affine_tq(o, i, g))
     run("q3-fused-tq")
+    os.environ["TQBUILD_AFFINE_KERNEL"] = "cuda"
+    run("q3-fused-cu")
+    os.environ.pop("TQBUILD_AFFINE_KERNEL")
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
         if "tokens_per_s" in b and "tokens_per_s" in v:
@@ -205,7 +213,8 @@ TAG = ""
 KINDS = (("trellis", ("rows_fused", "rows_tc", "rows_mma", "cols_", "quantize_x",
                       "sum_splits")),
          ("int4 tinygemm", ("int4", "tinygemm")),
-         ("affine (tq Triton)", ("_affine_mm",)),
+         ("affine (tq Triton)", ("_affine_mm", "_affine_vec")),
+         ("affine (tq CUDA)", ("affine_mma",)),
          ("bf16 GEMM/GEMV", ("gemm", "gemv", "cutlass", "sm90_", "nvjet", "cublas")),
          ("attention", ("attention", "flash", "fmha", "sdpa")),
          ("inductor fused elementwise", ("triton_",)))

@@ -30,7 +30,7 @@ SOURCE = HERE.parent / "tqbuild" / "runtime" / "trellis_gemv.cu"
 ALU = {"SHF", "LOP3", "PRMT", "IADD3", "LEA", "ISETP", "SEL", "VIMNMX", "VIADDMNMX", "MOV",
        "FSEL", "PLOP3", "CS2R", "IABS", "BMSK", "SGXT", "FMNMX", "VABSDIFF4", "P2R", "R2P"}
 FMA_HEAVY = {"IMAD", "IDP", "I2FP", "VIADD", "IMUL", "IADD"}
-FMA_ANY = {"FFMA", "FADD", "FMUL"}
+FMA_ANY = {"FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2"}
 MIO = {"LDG", "LDS", "STS", "STG", "SHFL", "LDC", "LDSM"}
 TENSOR = {"IMMA", "HMMA"}
 # kernel -> (mangled name fragment, the loop's marker op, marker counts a trip to try,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call of the int8 trellis kernel work: bash bench/device/gemv.sh STEP...
 # Steps: build (compile every (k, L, code) library in parallel), tests (the int8
-# kernel tests + the CUDA runtime and affine kernel tests), tcvar (rows_tc
+# kernel tests + the CUDA runtime and affine kernel tests, Triton and CUDA), tcvar (rows_tc
 # compile-time variants: tests and times), affine (bench/affine_gemv.py), gemv
 # (bench/trellis_gemv.py), decode (bench/decode_8b.py), decodec (the same through
 # torch.compile), ncu (Nsight Compute sections of the M = 1 rows and cols kernels),
@@ -20,7 +20,7 @@ cases = [(k, L, c) for c in ('mul1', '1mad') for k in (1, 2, 3, 4) for L in (12,
 tc.prebuild(cases); print('built', len(tc._libs), 'failed', tc._failed, round(time.time() - t, 1), 's')" ;;
     tests) timeout "${TESTS_S:-240}" python -m pytest -q tests/test_trellis_int8.py \
              tests/test_runtime_torch.py tests/test_fused_mlp.py tests/test_affine_kernel.py \
-             -k "cuda and not triton_kernels" 2>&1 \
+             tests/test_affine_cuda.py -k "cuda and not triton_kernels" 2>&1 \
              | tee "$OUT/pytest.log" | tail -30 ;;
     tcvar) # rows_tc compile-time variants (VARIANTS: ';'-separated define sets): the int8
            # kernel tests under each, then k = 3 timings of rows_tc at M = 1, 2, 4 beside the default

@@ -1,0 +1,53 @@
+// Runs runtime/affine_gemv.cu's kernel in the SIMT emulator (tests/test_affine_gemv_host.py).
+// usage: affine_host IN OUT — IN: int32 bits, dtype, M, N, K, gs, splits, then x [M, K]
+// u16, words [N, K·bits/32] u32, scales and biases [N, K/gs] u16; OUT: the kernel's
+// output (u16 [M, N], or with splits > 1 float32 [splits, M, N]).
+#include <cstdio>
+#include <vector>
+
+#include "simt_host.h"
+#include "affine_gemv.cu"
+
+template <int BITS, int DT>
+static void run(const uint16_t* x, const uint32_t* w, const uint16_t* s, const uint16_t* b,
+                void* out, int M, int N, int K, int gs, int splits) {
+  const int chunks = K / aff_chunk(BITS), per = (chunks + splits - 1) / splits;
+  int gs_log2 = 0;
+  while ((1 << gs_log2) < gs) ++gs_log2;
+  simt::launch((N + 15) / 16, splits, 32 * AFF_WARPS, [&] {
+    affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>(x, w, s, b, out, M, N, K, gs_log2, per,
+                                               splits > 1, ((1u << BITS) - 1) * 0x00010001u);
+  });
+}
+
+template <typename T>
+static std::vector<T> read(FILE* f, size_t n) {
+  std::vector<T> v(n);
+  if (fread(v.data(), sizeof(T), n, f) != n) throw std::runtime_error("short input");
+  return v;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  FILE* f = fopen(argv[1], "rb");
+  if (!f) return 2;
+  const auto h = read<int32_t>(f, 7);
+  const int bits = h[0], dt = h[1], M = h[2], N = h[3], K = h[4], gs = h[5], splits = h[6];
+  const auto x = read<uint16_t>(f, (size_t)M * K);
+  const auto w = read<uint32_t>(f, (size_t)N * K * bits / 32);
+  const auto s = read<uint16_t>(f, (size_t)N * (K / gs));
+  const auto b = read<uint16_t>(f, (size_t)N * (K / gs));
+  fclose(f);
+  const size_t n_out = (size_t)(splits > 1 ? splits : 1) * M * N;
+  std::vector<uint8_t> out(n_out * (splits > 1 ? 4 : 2));
+  void* o = out.data();
+  if (bits == 4 && dt == 0) run<4, 0>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
+  else if (bits == 4 && dt == 1) run<4, 1>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
+  else if (bits == 2 && dt == 0) run<2, 0>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
+  else if (bits == 2 && dt == 1) run<2, 1>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
+  else return 3;
+  FILE* g = fopen(argv[2], "wb");
+  if (!g || fwrite(out.data(), 1, out.size(), g) != out.size()) return 2;
+  fclose(g);
+  return 0;
+}

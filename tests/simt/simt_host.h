@@ -1,0 +1,159 @@
+// A small SIMT emulator: runs a CUDA kernel's source on the host so that its logic is
+// tested on machines without a GPU. One std::thread a GPU thread, blocks one after
+// another (so `TQ_SHARED` static storage is the block's shared memory). Supplies what
+// the kernels written for it use (runtime/affine_gemv.cu): threadIdx / blockIdx, the
+// block barrier, mma.sync m16n8k16 (bf16 / fp16 → float32, PTX ISA fragment layout),
+// packed fma (rounded once), PRMT, 16-byte loads. Subnormal and overflowing halves
+// are out of scope.
+#pragma once
+#include <array>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#define __host__
+#define __device__
+#define TQ_DEV inline
+#define TQ_GLOBAL
+#define TQ_BOUNDS(n)
+#define TQ_SHARED static
+
+struct uint4 {
+  uint32_t x, y, z, w;
+};
+struct simt_dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local simt_dim3 threadIdx, blockIdx;
+
+namespace simt {
+struct Block {
+  explicit Block(int threads) : bar(threads), mma(threads / 32) {
+    for (int w = 0; w < threads / 32; ++w) warp_bars.emplace_back(new std::barrier<>(32));
+  }
+  std::barrier<> bar;
+  std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+  std::vector<std::array<uint32_t, 32 * 6>> mma;  // a warp's lanes' A (4) and B (2) registers
+};
+inline Block* block = nullptr;
+
+// run `body` as every thread of blocks (bx, by) of the grid, one block at a time
+inline void launch(unsigned gx, unsigned gy, int threads, const std::function<void()>& body) {
+  for (unsigned by = 0; by < gy; ++by)
+    for (unsigned bx = 0; bx < gx; ++bx) {
+      Block b(threads);
+      block = &b;
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+          threadIdx.x = t;
+          blockIdx.x = bx;
+          blockIdx.y = by;
+          body();
+        });
+      for (auto& t : ts) t.join();
+      block = nullptr;
+    }
+}
+
+inline float bf16_float(uint32_t h) {
+  const uint32_t u = (h & 0xFFFFu) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float f16_float(uint32_t h) {
+  const uint16_t b = h & 0xFFFFu;
+  _Float16 v;
+  std::memcpy(&v, &b, 2);
+  return (float)v;
+}
+// round r to bf16 (8 significant bits, nearest even) in one step
+inline uint16_t bf16_round(double r) {
+  if (r == 0) return std::signbit(r) ? 0x8000 : 0;
+  int e;
+  const double m = std::frexp(r, &e);
+  const float f = (float)std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+inline uint16_t f16_round(double r) {
+  const _Float16 v = (_Float16)r;
+  uint16_t b;
+  std::memcpy(&b, &v, 2);
+  return b;
+}
+template <int DT>
+inline float half_float(uint32_t h) { return DT == 0 ? bf16_float(h) : f16_float(h); }
+template <int DT>
+inline uint16_t half_round(double r) { return DT == 0 ? bf16_round(r) : f16_round(r); }
+}  // namespace simt
+
+inline void sync_block() { simt::block->bar.arrive_and_wait(); }
+inline uint4 ld128(const void* p) {
+  uint4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+}
+inline uint32_t ld16(const uint16_t* p) { return *p; }
+
+// PTX prmt (default mode): byte i of the result is byte sel[4i+2:4i] of {b, a}, or its
+// sign replicated where sel bit 4i+3 is set
+inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  const uint64_t v = ((uint64_t)b << 32) | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (sel >> (4 * i)) & 0xF;
+    uint32_t byte = (v >> (8 * (s & 7))) & 0xFF;
+    if (s & 8) byte = (byte & 0x80) ? 0xFF : 0;
+    r |= byte << (8 * i);
+  }
+  return r;
+}
+
+template <int DT>
+inline uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d = 0;
+  for (int h = 0; h < 2; ++h) {
+    const int s = 16 * h;
+    const double r = (double)simt::half_float<DT>(a >> s) * simt::half_float<DT>(b >> s) +
+                     simt::half_float<DT>(c >> s);
+    d |= (uint32_t)simt::half_round<DT>(r) << s;
+  }
+  return d;
+}
+
+template <int DT>
+inline uint16_t to_bits(float v) { return simt::half_round<DT>(v); }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: groupID g = lane / 4, c = lane % 4;
+// A reg r holds (row g + 8·(r & 1), k 2c + 8·(r >> 1) + {0, 1}); B reg r holds
+// (k 2c + 8r + {0, 1}, column g); D reg r holds (row g + 8·(r >> 1), column 2c + (r & 1))
+template <int DT>
+inline void mma16816(float* acc, const uint32_t* a, const uint32_t* b) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  auto& ex = simt::block->mma[warp];
+  for (int i = 0; i < 4; ++i) ex[lane * 6 + i] = a[i];
+  ex[lane * 6 + 4] = b[0];
+  ex[lane * 6 + 5] = b[1];
+  simt::block->warp_bars[warp]->arrive_and_wait();
+  const int g = lane >> 2, c = lane & 3;
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + 8 * (r >> 1), n = 2 * c + (r & 1);
+    double s = 0;
+    for (int k = 0; k < 16; ++k) {
+      const int half = 16 * (k & 1), q = (k & 7) / 2, hi = k >= 8;
+      const uint32_t av = ex[((row & 7) * 4 + q) * 6 + (row >= 8) + 2 * hi];
+      const uint32_t bv = ex[(n * 4 + q) * 6 + 4 + hi];
+      s += (double)simt::half_float<DT>(av >> half) * simt::half_float<DT>(bv >> half);
+    }
+    acc[r] += (float)s;
+  }
+  simt::block->warp_bars[warp]->arrive_and_wait();
+}
