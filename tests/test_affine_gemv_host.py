@@ -4,32 +4,21 @@ the GPU in tests/test_affine_kernel.py's CUDA cases."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+import simt_harness
 import torch
 
 from tqbuild.formats.mlx_affine import unpack
 
-ROOT = Path(__file__).resolve().parents[1]
 DTYPES = {0: torch.bfloat16, 1: torch.float16}
 
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler")
-    exe = tmp_path_factory.mktemp("simt") / "affine_host"
-    p = subprocess.run([cxx, "-std=c++20", "-O2", "-pthread", "-I", str(ROOT / "tests/simt"),
-                        "-I", str(ROOT / "tqbuild/runtime"), "-o", str(exe),
-                        str(ROOT / "tests/simt/affine_host.cpp")], capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.fail(p.stderr[-3000:])
-    return exe
+    return simt_harness.build("affine_host", "tqbuild/runtime", tmp_path_factory.mktemp("simt"))
 
 
 def _bits16(t: torch.Tensor) -> np.ndarray:
@@ -49,7 +38,7 @@ def run_kernel(exe: Path, tmp: Path, x: torch.Tensor, words: torch.Tensor, scale
         words.numpy().view(np.uint32).tofile(f)
         _bits16(scales).tofile(f)
         _bits16(biases).tofile(f)
-    subprocess.run([str(exe), str(inp), str(out)], check=True, timeout=300)
+    simt_harness.run(exe, inp, out)
     if splits > 1:
         y = np.fromfile(out, np.float32).reshape(splits, M, N).astype(np.float64).sum(0)
         return torch.from_numpy(y)

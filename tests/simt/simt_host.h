@@ -1,10 +1,13 @@
 // A small SIMT emulator: runs a CUDA kernel's source on the host so that its logic is
 // tested on machines without a GPU. One std::thread a GPU thread, blocks one after
-// another (so `TQ_SHARED` static storage is the block's shared memory). Supplies what
-// the kernels written for it use (runtime/affine_gemv.cu): threadIdx / blockIdx, the
-// block barrier, mma.sync m16n8k16 (bf16 / fp16 → float32, PTX ISA fragment layout),
-// packed fma (rounded once), PRMT, 16-byte loads. Subnormal and overflowing halves
-// are out of scope.
+// another (so static storage — `TQ_SHARED`, or the harness's array behind an
+// `extern __shared__` — is the block's shared memory). Supplies what the kernels
+// written for it use (runtime/affine_gemv.cu, kernels/viterbi_cuda.cu): CUDA's
+// declaration keywords, threadIdx / blockIdx, __syncthreads, __shfl_down_sync,
+// mma.sync m16n8k16 (bf16 / fp16 → float32, PTX ISA fragment layout), packed fma
+// (rounded once), PRMT, float32 intrinsics rounded as written (build with
+// -ffp-contract=off), vector types, 16-byte loads. Subnormal and overflowing
+// halves are out of scope; device asm stays behind #ifdef __CUDACC__ in the kernels.
 #pragma once
 #include <array>
 #include <barrier>
@@ -18,6 +21,10 @@
 
 #define __host__
 #define __device__
+#define __global__
+#define __shared__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
 #define TQ_DEV inline
 #define TQ_GLOBAL
 #define TQ_BOUNDS(n)
@@ -26,6 +33,15 @@
 struct uint4 {
   uint32_t x, y, z, w;
 };
+struct uint2 {
+  uint32_t x, y;
+};
+struct float4 {
+  float x, y, z, w;
+};
+inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct simt_dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
@@ -33,12 +49,13 @@ inline thread_local simt_dim3 threadIdx, blockIdx;
 
 namespace simt {
 struct Block {
-  explicit Block(int threads) : bar(threads), mma(threads / 32) {
+  explicit Block(int threads) : bar(threads), mma(threads / 32), shfl(threads / 32) {
     for (int w = 0; w < threads / 32; ++w) warp_bars.emplace_back(new std::barrier<>(32));
   }
   std::barrier<> bar;
   std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
   std::vector<std::array<uint32_t, 32 * 6>> mma;  // a warp's lanes' A (4) and B (2) registers
+  std::vector<std::array<uint32_t, 32>> shfl;  // a warp's lanes' shuffled values
 };
 inline Block* block = nullptr;
 
@@ -96,6 +113,39 @@ inline uint16_t half_round(double r) { return DT == 0 ? bf16_round(r) : f16_roun
 }  // namespace simt
 
 inline void sync_block() { simt::block->bar.arrive_and_wait(); }
+inline void __syncthreads() { sync_block(); }
+
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
+
+template <typename T>
+inline T __shfl_down_sync(unsigned, T v, int delta) {
+  static_assert(sizeof(T) == 4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  auto& ex = simt::block->shfl[warp];
+  std::memcpy(&ex[lane], &v, 4);
+  simt::block->warp_bars[warp]->arrive_and_wait();
+  T r = v;
+  if (lane + delta < 32) std::memcpy(&r, &ex[lane + delta], 4);
+  simt::block->warp_bars[warp]->arrive_and_wait();
+  return r;
+}
+
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float __int_as_float(int32_t i) { return __uint_as_float((uint32_t)i); }
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline uint4 ld128(const void* p) {
   uint4 v;
   std::memcpy(&v, p, 16);

@@ -17,9 +17,14 @@
 // fit in shared memory) are computed once and read back, the rest every step
 // (computed codes cost ~5 instructions, a cached one a quarter LDS.128).
 // Backpointers (c, one byte per class and step) go to global memory.
+//
+// The kernel also builds for the host under tests/simt (a SIMT emulator), where its
+// states are checked against the torch path without a GPU.
 
 #include <cstdint>
+#ifdef __CUDACC__
 #include <cuda_runtime.h>
+#endif
 
 #define INF __int_as_float(0x7f800000)
 
@@ -46,9 +51,13 @@ struct Codes<1> {
 // all 1021 byte sums (bench/viterbi_cuda-notes.md), so the value equals
 // code_bytesum's bit for bit (1MAD and MUL1 differ in the hash).
 __device__ __forceinline__ uint32_t bytesum_plus(uint32_t x, uint32_t c) {
+#ifdef __CUDACC__
   uint32_t d;
   asm("vabsdiff4.u32.u32.u32.add %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(0u), "r"(c));
   return d;
+#else
+  return c + (x & 0xFF) + ((x >> 8) & 0xFF) + ((x >> 16) & 0xFF) + (x >> 24);
+#endif
 }
 __device__ __forceinline__ float mad_code(uint32_t x) {
   const float a = __fadd_rn(__uint_as_float(bytesum_plus(x, 0x4B000000u)), -8389118.f);
@@ -84,6 +93,11 @@ __host__ __device__ constexpr bool double_buffered(int L, int K) {
 
 constexpr int MAX_T = 1024;            // longest block the shared-memory plan reserves for
 constexpr int SMEM_BYTES = 227 * 1024;  // an H100/H200 block's shared-memory limit
+
+// threads a block (one block a sequence): every state's work in one block
+__host__ __device__ constexpr int block_threads(int L, int K) {
+  return L == 12 ? 256 : K <= 2 ? 1024 : K == 3 ? 512 : 256;
+}
 
 // L = 16, k ≥ 2: a thread owns groups of C classes (see the header)
 __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >= 2; }
@@ -276,6 +290,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   for (int i = tid; i < T; i += NT) orow[i] = st[i];
 }
 
+#ifdef __CUDACC__
 template <int L, int K, int NT, int MODE>
 static int launch_one(const float* x, const float* table, int B, int T, uint8_t* bp,
                       int64_t* states, cudaStream_t stream) {
@@ -296,17 +311,18 @@ static int launch_one(const float* x, const float* table, int B, int T, uint8_t*
 }
 
 // mode 1: 1MAD, mode 2: MUL1 computed in registers; mode 0: any code from its table
-#define CASE(L_, K_, NT_)                                                       \
+#define CASE(L_, K_)                                                            \
   if (L == L_ && k == K_)                                                       \
-    return mode == 1 ? launch_one<L_, K_, NT_, 1>(x, table, B, T, bp, states, s) \
-         : mode == 2 ? launch_one<L_, K_, NT_, 2>(x, table, B, T, bp, states, s) \
-                     : launch_one<L_, K_, NT_, 0>(x, table, B, T, bp, states, s);
+    return mode == 1 ? launch_one<L_, K_, block_threads(L_, K_), 1>(x, table, B, T, bp, states, s) \
+         : mode == 2 ? launch_one<L_, K_, block_threads(L_, K_), 2>(x, table, B, T, bp, states, s) \
+                     : launch_one<L_, K_, block_threads(L_, K_), 0>(x, table, B, T, bp, states, s);
 
 extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, int B, int T, int L,
                                      int k, int mode, uint8_t* bp, int64_t* states,
                                      void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  CASE(12, 1, 256) CASE(12, 2, 256) CASE(12, 3, 256) CASE(12, 4, 256)
-  CASE(16, 1, 1024) CASE(16, 2, 1024) CASE(16, 3, 512) CASE(16, 4, 256)
+  CASE(12, 1) CASE(12, 2) CASE(12, 3) CASE(12, 4)
+  CASE(16, 1) CASE(16, 2) CASE(16, 3) CASE(16, 4)
   return -1;
 }
+#endif

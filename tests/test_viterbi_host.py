@@ -1,0 +1,58 @@
+"""kernels/viterbi_cuda.cu's kernel run on the host in the SIMT emulator (tests/simt;
+g++ -std=c++20, skipped without it): its states equal the torch path's bit for bit,
+as on the GPU (tests/test_viterbi_cuda.py), on random and tie-heavy inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simt_harness
+import torch
+
+from tqbuild.kernels import viterbi
+from tqbuild.kernels.viterbi_cuda import MODES
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory) -> Path:
+    return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"))
+
+
+def torch_states(x: torch.Tensor, L: int, k: int, code: str) -> torch.Tensor:
+    table = viterbi.code_tensor(code, L, x.device)
+    T = x.shape[1]
+    first = viterbi._pass(torch.roll(x, T // 2, dims=1).contiguous(), table, L, k, None)
+    return viterbi._pass(x, table, L, k, first[:, T // 2] >> k)
+
+
+def kernel_states(exe: Path, tmp: Path, x: torch.Tensor, L: int, k: int, code: str):
+    B, T = x.shape
+    inp, out = tmp / "in.bin", tmp / "out.bin"
+    with open(inp, "wb") as f:
+        np.array([B, T, L, k, MODES.get(code, 0)], np.int32).tofile(f)
+        x.numpy().astype(np.float32).tofile(f)
+        viterbi.code_tensor(code, L, "cpu").numpy().astype(np.float32).tofile(f)
+    simt_harness.run(exe, inp, out)
+    return torch.from_numpy(np.fromfile(out, np.int64).reshape(B, T))
+
+
+@pytest.mark.parametrize("L,k,code,T", [(16, 2, "mul1", 256), (16, 3, "mul1", 256),
+                                        (16, 4, "1mad", 64), (16, 3, "3inst", 48),
+                                        (12, 3, "1mad", 128), (12, 2, "mul1", 64)])
+def test_kernel_states_equal_torch(harness, tmp_path, L, k, code, T):
+    x = torch.randn(2, T, generator=torch.Generator().manual_seed(L + k + T))
+    assert torch.equal(kernel_states(harness, tmp_path, x, L, k, code),
+                       torch_states(x, L, k, code))
+
+
+@pytest.mark.parametrize("L,k", [(16, 2), (16, 3)])
+def test_tie_heavy_inputs(harness, tmp_path, L, k):
+    """All-zero rows (every path's first cost ties) and x on code values."""
+    table = viterbi.code_tensor("mul1", L, "cpu")
+    g = torch.Generator().manual_seed(3)
+    x = torch.stack([torch.zeros(64), table[torch.randint(0, 2**L, (64,), generator=g)],
+                     torch.randn(64, generator=g).round()])
+    assert torch.equal(kernel_states(harness, tmp_path, x, L, k, "mul1"),
+                       torch_states(x, L, k, "mul1"))
