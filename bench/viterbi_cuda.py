@@ -1,6 +1,8 @@
 """The fused CUDA Viterbi vs the previous paths, in one run on one GPU.
 
-    python bench/viterbi_cuda.py [--quick] [--code mul1] [--u-ab]
+    python bench/viterbi_cuda.py [--quick] [--code mul1] [--u-ab] [--ls 16] [--tag=-x]
+    TQBUILD_VITERBI_FLAGS=-DTQ_VIT_REG=1 python bench/viterbi_cuda.py --ls 16 --tag=-reg1
+        # a compile-time variant of the kernel (its flags are recorded)
 
 Bare tail-biting Viterbi (both passes) on N(0, 1) blocks of T = 256 — 4096 and
 65536 sequences — at L = 12 and 16, k = 2, 3, 4: the CUDA kernel next to the
@@ -35,7 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 import torch  # noqa: E402
 from hostinfo import host  # noqa: E402
 
-from tqbuild.kernels import viterbi  # noqa: E402
+from tqbuild.kernels import viterbi, viterbi_cuda  # noqa: E402
 
 OPS_PER_STATE = 4
 CODE = "mul1"
@@ -79,13 +81,16 @@ def with_path(path: str, fn):
             os.environ["TQBUILD_VITERBI"] = old
 
 
+LS = (12, 16)  # --ls
+
+
 def bare(res: dict, quick: bool) -> None:
     from trellis_codec import add_compare_rate
 
     rate = add_compare_rate("float32") * 2  # float32 ops/s
     res["float32_ops_per_s"] = rate
     g = torch.Generator(device="cuda").manual_seed(0)
-    for L in (12, 16):
+    for L in LS:
         for k in (2, 3, 4):
             ceiling = rate / (2 * 2**L * OPS_PER_STATE)
             for n in (4096, 65536):
@@ -125,7 +130,7 @@ def per_tensor(res: dict, quick: bool) -> None:
 
     for name, out, inp, axis, ws, hs in TENSORS:
         w, h = tensor_case(out, inp, ws, hs)
-        for L in (12, 16):
+        for L in LS:
             for k in ((3,) if quick else (2, 3, 4)):
                 geo = ldlq_geometry(L, k, axis)
                 torch.cuda.synchronize()
@@ -197,18 +202,21 @@ def profile_down_like(res: dict) -> None:
 
 
 def main() -> None:
-    global CODE
+    global CODE, LS
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-bare", action="store_true")
     ap.add_argument("--profile", action="store_true", help="profile a down-like conversion")
     ap.add_argument("--u-ab", action="store_true", help="U both ways, same run")
     ap.add_argument("--code", default="mul1")
+    ap.add_argument("--ls", default="12,16", help="trellis lengths L to run")
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
     CODE = args.code
+    LS = tuple(int(v) for v in args.ls.split(","))
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
+                 "flags": viterbi_cuda.flags(),
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

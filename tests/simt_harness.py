@@ -13,14 +13,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def build(name: str, kernel_dir: str, out_dir: Path) -> Path:
-    """g++ -std=c++20 tests/simt/<name>.cpp (the kernel's folder on the include path);
-    skips without a C++ compiler."""
+def build(name: str, kernel_dir: str, out_dir: Path, defines: tuple[str, ...] = ()) -> Path:
+    """g++ -std=c++20 tests/simt/<name>.cpp (the kernel's folder on the include path,
+    `defines` as -D flags); skips without a C++ compiler."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
     exe = out_dir / name
     p = subprocess.run([cxx, "-std=c++20", "-O2", "-ffp-contract=off", "-pthread",
+                        *(f"-D{d}" for d in defines),
                         "-I", str(ROOT / "tests/simt"), "-I", str(ROOT / kernel_dir),
                         "-o", str(exe), str(ROOT / "tests/simt" / f"{name}.cpp")],
                        capture_output=True, text=True)

@@ -162,3 +162,11 @@ def test_l16_longest_block_states_equal_torch(k):
     g = torch.Generator(device="cuda").manual_seed(5)
     x = torch.randn(3, viterbi_cuda.MAX_T_L16, device="cuda", generator=g)
     assert torch.equal(cuda_states(x, 16, k, "mul1"), torch_states(x, 16, k, "mul1"))
+
+
+def test_viterbi_flags_add_benchmark_defines(monkeypatch):
+    """TQBUILD_VITERBI_FLAGS reaches nvcc (and the cache key) beside -fmad=false."""
+    monkeypatch.delenv("TQBUILD_VITERBI_FLAGS", raising=False)
+    assert viterbi_cuda.flags() == ["-fmad=false"]
+    monkeypatch.setenv("TQBUILD_VITERBI_FLAGS", "-DTQ_VIT_REG=1")
+    assert viterbi_cuda.flags() == ["-fmad=false", "-DTQ_VIT_REG=1"]

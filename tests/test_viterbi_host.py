@@ -15,9 +15,11 @@ from tqbuild.kernels import viterbi
 from tqbuild.kernels.viterbi_cuda import MODES
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory) -> Path:
-    return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"))
+@pytest.fixture(scope="module", params=[(), ("TQ_VIT_REG=1",)], ids=["default", "reg1"])
+def harness(request, tmp_path_factory) -> Path:
+    """The kernel as built, and with a group's codes a thread in registers (k = 2, 3)."""
+    return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"),
+                              request.param)
 
 
 def torch_states(x: torch.Tensor, L: int, k: int, code: str) -> torch.Tensor:

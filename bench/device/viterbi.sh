@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One H200 call for the fused CUDA Viterbi: bash bench/device/viterbi.sh STEP...
 # Steps: sass (build + resource report + SASS of the kernel), tests (CUDA
-# Viterbi tests), quick (bench, k = 3 per-tensor only), bench (the full bench).
+# Viterbi tests), quick (bench, k = 3 per-tensor only), bench (the full bench),
+# vreg (the TQ_VIT_REG=1 variant: its CUDA tests, then L = 16 timed beside the default).
 set -o pipefail
 export PYTHONPATH=$PWD
 if ls .whl/*.whl > /dev/null 2>&1; then  # carried wheels, where the image lacks a package
@@ -23,6 +24,13 @@ for step in "$@"; do
              | cut -c1-300; cp bench/results/viterbi_cuda-cuda.json "$OUT/" ;;
     bench) timeout "${BENCH_S:-400}" python3 bench/viterbi_cuda.py $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" \
              | cut -c1-300; cp bench/results/viterbi_cuda-cuda*.json "$OUT/" ;;
+    vreg) TQBUILD_VITERBI_FLAGS=-DTQ_VIT_REG=1 timeout "${TESTS_S:-300}" python3 -m pytest -q -x \
+            tests/test_viterbi_cuda.py -k "16" 2>&1 | tail -3
+          for r in 0 1; do
+            TQBUILD_VITERBI_FLAGS="-DTQ_VIT_REG=$r" timeout "${BENCH_S:-300}" python3 \
+              bench/viterbi_cuda.py --ls 16 --tag="-reg$r" 2>&1 | cut -c1-300
+          done
+          cp bench/results/viterbi_cuda-cuda-reg*.json "$OUT/" ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac

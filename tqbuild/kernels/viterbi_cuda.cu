@@ -13,9 +13,10 @@
 // registers; only the J best costs go through shared memory, once per step.
 // Strided ownership (j = tid + i·NT) at L = 12 and L = 16, k = 1; at L = 16,
 // k ≥ 2 a thread owns groups of C consecutive classes, whose C·C states share
-// their C predecessor costs; the codes of a thread's first groups (as many as
-// fit in shared memory) are computed once and read back, the rest every step
-// (computed codes cost ~5 instructions, a cached one a quarter LDS.128).
+// their C predecessor costs; the codes of a thread's first groups are computed
+// once — TQ_VIT_REG groups kept in registers, then as many as fit in shared memory
+// — and read back, the rest every step (computed codes cost ~5 instructions, a
+// shared-memory one a quarter LDS.128, a register one nothing).
 // Backpointers (c, one byte per class and step) go to global memory.
 //
 // The kernel also builds for the host under tests/simt (a SIMT emulator), where its
@@ -94,20 +95,34 @@ __host__ __device__ constexpr bool double_buffered(int L, int K) {
 constexpr int MAX_T = 1024;            // longest block the shared-memory plan reserves for
 constexpr int SMEM_BYTES = 227 * 1024;  // an H100/H200 block's shared-memory limit
 
-// threads a block (one block a sequence): every state's work in one block
-__host__ __device__ constexpr int block_threads(int L, int K) {
-  return L == 12 ? 256 : K <= 2 ? 1024 : K == 3 ? 512 : 256;
-}
 
 // L = 16, k ≥ 2: a thread owns groups of C classes (see the header)
 __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >= 2; }
 
-// grouped layout: how many of a thread's groups keep their C·C codes in shared
+// TQ_VIT_REG = 1: at L = 16, k = 2 and 3, 512 threads a block, each keeping the C·C
+// codes of some of its groups in registers (k = 2: 4 groups, 64 of 128 registers;
+// k = 3: 1 group, 64); 0 (the default until timed on the GPU): 1024 threads at
+// k = 2, no codes in registers
+#ifndef TQ_VIT_REG
+#define TQ_VIT_REG 0
+#endif
+
+// threads a block (one block a sequence): every state's work in one block
+__host__ __device__ constexpr int block_threads(int L, int K) {
+  return L == 12 ? 256 : K == 1 || (K == 2 && !TQ_VIT_REG) ? 1024 : K <= 3 ? 512 : 256;
+}
+
+// grouped layout: how many of a thread's groups keep their codes in registers
+__host__ __device__ constexpr int reg_code_groups(int L, int K) {
+  return !grouped(L, K) || !TQ_VIT_REG ? 0 : K == 2 ? 4 : K == 3 ? 1 : 0;
+}
+
+// grouped layout: how many of a thread's other groups keep their C·C codes in shared
 // memory (read as float4, conflict-free) instead of computing them every step —
 // as many as fit beside the best costs, x and the states of a T ≤ MAX_T block
 __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
   if (!grouped(L, K)) return 0;
-  const int C = 1 << K, J = 1 << (L - K), G = J / C / NT;
+  const int C = 1 << K, J = 1 << (L - K), G = J / C / NT - reg_code_groups(L, K);
   const int base = 4 * (double_buffered(L, K) ? 2 * J : J) + 8 * MAX_T + 8 * (NT / 32);
   const int per = 4 * C * C * NT;
   int g = 0;
@@ -133,7 +148,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   int* st = reinterpret_cast<int*>(xs + T);  // [T] states
   float* red_v = reinterpret_cast<float*>(st + T);  // [NT/32]
   int* red_s = reinterpret_cast<int*>(red_v + NT / 32);  // [NT/32]
-  // GSM groups' codes: float4 q of group gi of thread tid at [(gi·C·C/4 + q)·NT + tid]
+  // a thread's groups gi: GREG with codes in registers, then GSM in shared memory (float4
+  // q of group gi at [((gi − GREG)·C·C/4 + q)·NT + tid]), then the rest computed
+  constexpr int GREG = reg_code_groups(L, K);
   constexpr int GSM = smem_code_groups(L, K, NT);
   float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + 2 * MAX_T + NT / 16);
 
@@ -144,11 +161,17 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
   Codes<MODE> code;
   if constexpr (MODE == 0) code.table = table;
+  float creg[GREG > 0 ? GREG : 1][C * C];  // [gi][bb·C + c]: state (j0·C + bb) + c·J
+#pragma unroll
+  for (int gi = 0; gi < GREG; ++gi)
+#pragma unroll
+    for (int i = 0; i < C * C; ++i)
+      creg[gi][i] = code((tid + gi * NT) * C + i / C + (i % C) * J);
 #pragma unroll 1
   for (int gi = 0; gi < GSM; ++gi)
 #pragma unroll 1
     for (int q = 0; q < C * C / 4; ++q) {
-      const uint32_t j = (tid + gi * NT) * C + q * 4 / C, c0 = (q * 4) % C;
+      const uint32_t j = (tid + (GREG + gi) * NT) * C + q * 4 / C, c0 = (q * 4) % C;
       csm[(gi * (C * C / 4) + q) * NT + tid] =
           make_float4(code(j + c0 * J), code(j + (c0 + 1) * J), code(j + (c0 + 2) * J),
                       code(j + (c0 + 3) * J));
@@ -170,11 +193,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       float m[DOUBLE ? 1 : G];  // new costs staged in registers (single buffer)
       if constexpr (GROUPED) {
         // thread owns groups j0 of C classes j = j0·C + b; all C·C of their states
-        // s = j + c·J share the C predecessor costs cur[j0 + c·J/C]
-#pragma unroll 1
-        for (int gi = 0; gi < NG / NT; ++gi) {
-          const int j0 = tid + gi * NT;
-          const bool cached = gi < GSM;
+        // s = j + c·J share the C predecessor costs cur[j0 + c·J/C]; codes_of(bb, cv)
+        // gives the C codes of class bb's states
+        auto group = [&](const int j0, auto&& codes_of) {
           float pb[C];
 #pragma unroll
           for (int c = 0; c < C; ++c) pb[c] = cur[j0 + c * NG];
@@ -184,18 +205,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           for (int w = 0; w < (C + 3) / 4; ++w) packed[w] = 0;
 #pragma unroll
           for (int bb = 0; bb < C; ++bb) {
-            const uint32_t j = j0 * C + bb;
             float cv[C];
-            if (cached) {
-#pragma unroll
-              for (int q = 0; q < C / 4; ++q) {
-                const float4 f = csm[(gi * (C * C / 4) + bb * (C / 4) + q) * NT + tid];
-                cv[4 * q] = f.x; cv[4 * q + 1] = f.y; cv[4 * q + 2] = f.z; cv[4 * q + 3] = f.w;
-              }
-            } else {
-#pragma unroll
-              for (int c = 0; c < C; ++c) cv[c] = code(j + c * J);
-            }
+            codes_of(bb, cv);
             float mv = 0.f;
             int arg = 0;
 #pragma unroll
@@ -217,6 +228,29 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           if constexpr (C == 4) *reinterpret_cast<uint32_t*>(dst) = packed[0];
           else if constexpr (C == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
           else *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        };
+#pragma unroll
+        for (int gi = 0; gi < GREG; ++gi)
+          group(tid + gi * NT, [&](int bb, float* cv) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) cv[c] = creg[gi][bb * C + c];
+          });
+#pragma unroll 1
+        for (int gi = GREG; gi < NG / NT; ++gi) {
+          const int j0 = tid + gi * NT;
+          if (gi < GREG + GSM)
+            group(j0, [&](int bb, float* cv) {
+#pragma unroll
+              for (int q = 0; q < C / 4; ++q) {
+                const float4 f = csm[((gi - GREG) * (C * C / 4) + bb * (C / 4) + q) * NT + tid];
+                cv[4 * q] = f.x; cv[4 * q + 1] = f.y; cv[4 * q + 2] = f.z; cv[4 * q + 3] = f.w;
+              }
+            });
+          else
+            group(j0, [&](int bb, float* cv) {
+#pragma unroll
+              for (int c = 0; c < C; ++c) cv[c] = code(j0 * C + bb + c * J);
+            });
         }
       } else {
 #pragma unroll

@@ -2,7 +2,8 @@
 with nvcc into a cached shared library and called through ctypes on torch's
 current stream — one launch per call, no host sync. Never built at install
 time; where nvcc or the build is missing, `available()` is False and the
-callers keep the Triton / torch paths (warned once)."""
+callers keep the Triton / torch paths (warned once). TQBUILD_VITERBI_FLAGS adds
+nvcc defines (benchmark variants, e.g. "-DTQ_VIT_REG=1"; part of the cache key)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,12 @@ _lib = None
 _failed: str | None = None
 
 
+def flags() -> list[str]:
+    return ["-fmad=false", *os.environ.get("TQBUILD_VITERBI_FLAGS", "").split()]
+
+
 def _build() -> ctypes.CDLL:
-    dll = nvcc.build(SOURCE, ["-fmad=false"])
+    dll = nvcc.build(SOURCE, flags())
     f = dll.tq_viterbi_tailbiting
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3
