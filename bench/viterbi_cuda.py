@@ -82,6 +82,7 @@ def with_path(path: str, fn):
 
 
 LS = (12, 16)  # --ls
+OLD = True  # --no-old: no timing of the previous paths (variant sweeps)
 
 
 def bare(res: dict, quick: bool) -> None:
@@ -102,7 +103,7 @@ def bare(res: dict, quick: bool) -> None:
                 row["cuda_weights_per_s"] = x.numel() / s
                 row["cuda_fraction_of_ceiling"] = row["cuda_weights_per_s"] / ceiling
                 old = "triton" if L == 12 else "torch"
-                if n == 4096 or (L == 12 and not quick):
+                if OLD and (n == 4096 or (L == 12 and not quick)):
                     s_old = with_path(old, lambda x=x, L=L, k=k: timed(
                         lambda: viterbi.quantize_blocks(x, L, k, CODE)))
                     row[f"{old}_weights_per_s"] = x.numel() / s_old
@@ -202,7 +203,7 @@ def profile_down_like(res: dict) -> None:
 
 
 def main() -> None:
-    global CODE, LS
+    global CODE, LS, OLD
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-bare", action="store_true")
@@ -210,11 +211,13 @@ def main() -> None:
     ap.add_argument("--u-ab", action="store_true", help="U both ways, same run")
     ap.add_argument("--code", default="mul1")
     ap.add_argument("--ls", default="12,16", help="trellis lengths L to run")
+    ap.add_argument("--no-old", action="store_true", help="skip the previous paths")
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
     CODE = args.code
     LS = tuple(int(v) for v in args.ls.split(","))
+    OLD = not args.no_old
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "flags": viterbi_cuda.flags(),
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}

@@ -2,7 +2,7 @@
 # One H200 call for the fused CUDA Viterbi: bash bench/device/viterbi.sh STEP...
 # Steps: sass (build + resource report + SASS of the kernel), tests (CUDA
 # Viterbi tests), quick (bench, k = 3 per-tensor only), bench (the full bench),
-# vreg (the TQ_VIT_REG=1 variant: its CUDA tests, then L = 16 timed beside the default).
+# vreg (L = 16 compile-time variants: their CUDA tests, then L = 16 timed beside the default).
 set -o pipefail
 export PYTHONPATH=$PWD
 if ls .whl/*.whl > /dev/null 2>&1; then  # carried wheels, where the image lacks a package
@@ -24,13 +24,22 @@ for step in "$@"; do
              | cut -c1-300; cp bench/results/viterbi_cuda-cuda.json "$OUT/" ;;
     bench) timeout "${BENCH_S:-400}" python3 bench/viterbi_cuda.py $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" \
              | cut -c1-300; cp bench/results/viterbi_cuda-cuda*.json "$OUT/" ;;
-    vreg) TQBUILD_VITERBI_FLAGS=-DTQ_VIT_REG=1 timeout "${TESTS_S:-300}" python3 -m pytest -q -x \
-            tests/test_viterbi_cuda.py -k "16" 2>&1 | tail -3
-          for r in 0 1; do
-            TQBUILD_VITERBI_FLAGS="-DTQ_VIT_REG=$r" timeout "${BENCH_S:-300}" python3 \
-              bench/viterbi_cuda.py --ls 16 --tag="-reg$r" 2>&1 | cut -c1-300
+    vreg) # L = 16 compile-time variants (VVARIANTS: ';'-separated define sets; default: codes
+          # in registers, class minima kept instead of backpointers, both): the CUDA tests
+          # under each, then bench/viterbi_cuda.py --ls 16 for each beside the default
+          IFS=';' read -ra vs <<< "${VVARIANTS:--DTQ_VIT_REG=1 -DTQ_VIT_HIST=1;-DTQ_VIT_REG=1;-DTQ_VIT_HIST=1}"
+          for v in "${vs[@]}"; do
+            echo "--- tests with $v"
+            TQBUILD_VITERBI_FLAGS="$v" timeout "${TESTS_S:-300}" python3 -m pytest -q -x \
+              tests/test_viterbi_cuda.py -k "16" 2>&1 | tail -3
           done
-          cp bench/results/viterbi_cuda-cuda-reg*.json "$OUT/" ;;
+          i=0
+          for v in "" "${vs[@]}"; do
+            TQBUILD_VITERBI_FLAGS="$v" timeout "${BENCH_S:-300}" python3 bench/viterbi_cuda.py \
+              --ls 16 --no-old --tag="-v$i" 2>&1 | cut -c1-300
+            i=$((i + 1))
+          done
+          cp bench/results/viterbi_cuda-cuda-v*.json "$OUT/" ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac

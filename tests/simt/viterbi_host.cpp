@@ -13,7 +13,7 @@ alignas(16) float smem[227 * 1024 / 4];  // the kernel's `extern __shared__` (on
 
 template <int L, int K, int MODE>
 static void run(const float* x, const float* table, int B, int T, int64_t* states) {
-  std::vector<uint8_t> bp((size_t)B * T * (1 << (L - K)));
+  std::vector<uint8_t> bp((size_t)B * scratch_bytes(L, K, T), 0x7f);  // garbage: large costs
   simt::launch(B, 1, block_threads(L, K), [&] {
     viterbi_tailbiting_kernel<L, K, block_threads(L, K), MODE>(x, table, T, bp.data(), states);
   });

@@ -78,6 +78,19 @@ __device__ __forceinline__ void take_min(float v, int c, float& m, int& arg) {
 #endif
 }
 
+// the smallest of n costs (>= 0 or +inf: ordered as unsigned integers), two more a
+// DPX three-way min on Hopper
+template <int N>
+__device__ __forceinline__ float min_of(const float* v) {
+  uint32_t m = __float_as_uint(v[0]);
+  int i = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  for (; i + 1 < N; i += 2) m = __vimin3_u32(m, __float_as_uint(v[i]), __float_as_uint(v[i + 1]));
+#endif
+  for (; i < N; ++i) m = m < __float_as_uint(v[i]) ? m : __float_as_uint(v[i]);
+  return __uint_as_float(m);
+}
+
 __device__ __forceinline__ float Codes<1>::operator()(uint32_t s) const {
   return mad_code(s * 34038481u + 76625530u);
 }
@@ -115,6 +128,22 @@ __host__ __device__ constexpr int block_threads(int L, int K) {
 // grouped layout: how many of a thread's groups keep their codes in registers
 __host__ __device__ constexpr int reg_code_groups(int L, int K) {
   return !grouped(L, K) || !TQ_VIT_REG ? 0 : K == 2 ? 4 : K == 3 ? 1 : 0;
+}
+
+// TQ_VIT_HIST = 1: the grouped layout keeps no backpointers; each step's J class
+// minima go to global memory instead, and the backtrack forms the one argmin a step
+// it needs from them (the same float32 operations and tie rule), so the forward pass
+// takes a class's minimum without its argument (4× the global writes). 0: the default
+#ifndef TQ_VIT_HIST
+#define TQ_VIT_HIST 0
+#endif
+__host__ __device__ constexpr bool keeps_history(int L, int K) {
+  return TQ_VIT_HIST && grouped(L, K);
+}
+
+// global scratch a sequence: T steps of J backpointer bytes, or of J float32 minima
+__host__ __device__ constexpr int64_t scratch_bytes(int L, int K, int T) {
+  return (int64_t)T * (1 << (L - K)) * (keeps_history(L, K) ? 4 : 1);
 }
 
 // grouped layout: how many of a thread's other groups keep their C·C codes in shared
@@ -157,7 +186,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   const int tid = threadIdx.x;
   const int64_t b = blockIdx.x;
   const float* xrow = x + b * T;
-  uint8_t* bp = bp_all + b * (int64_t)T * J;
+  constexpr bool HIST = keeps_history(L, K);
+  uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
+  float* hist = reinterpret_cast<float*>(bp);  // HIST: [T][J] minima of steps 0 … T − 1
   for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
   Codes<MODE> code;
   if constexpr (MODE == 0) code.table = table;
@@ -184,7 +215,10 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     float* cur = best;
     float* nxt = DOUBLE ? best + J : best;
     // best_0: 0 (cost0 = d + 0 exactly) or +inf outside the pinned class
-    for (int j = tid; j < J; j += NT) cur[j] = (overlap < 0 || j == overlap) ? 0.f : INF;
+    for (int j = tid; j < J; j += NT) {
+      cur[j] = (overlap < 0 || j == overlap) ? 0.f : INF;
+      if constexpr (HIST) hist[j] = cur[j];
+    }
     __syncthreads();
     for (int t = 1; t < T; ++t) {
       int ti = t - 1 - shift;
@@ -207,22 +241,30 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           for (int bb = 0; bb < C; ++bb) {
             float cv[C];
             codes_of(bb, cv);
-            float mv = 0.f;
-            int arg = 0;
+            float v[C];
 #pragma unroll
             for (int c = 0; c < C; ++c) {
               const float d = __fsub_rn(cv[c], xv);
-              const float v = __fadd_rn(__fmul_rn(d, d), pb[c]);
-              if (c == 0) mv = v;
-              else take_min(v, c, mv, arg);
+              v[c] = __fadd_rn(__fmul_rn(d, d), pb[c]);
             }
-            mvs[bb] = mv;
-            packed[bb / 4] |= (uint32_t)arg << (8 * (bb % 4));
+            if constexpr (HIST) {
+              mvs[bb] = min_of<C>(v);
+            } else {
+              float mv = v[0];
+              int arg = 0;
+#pragma unroll
+              for (int c = 1; c < C; ++c) take_min(v[c], c, mv, arg);
+              mvs[bb] = mv;
+              packed[bb / 4] |= (uint32_t)arg << (8 * (bb % 4));
+            }
           }
 #pragma unroll
-          for (int q = 0; q < C; q += 4)  // C consecutive costs: 16-byte stores
-            *reinterpret_cast<float4*>(nxt + j0 * C + q) =
-                make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
+          for (int q = 0; q < C; q += 4) {  // C consecutive costs: 16-byte stores
+            const float4 f = make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
+            *reinterpret_cast<float4*>(nxt + j0 * C + q) = f;
+            if constexpr (HIST) *reinterpret_cast<float4*>(hist + (int64_t)t * J + j0 * C + q) = f;
+          }
+          if constexpr (HIST) return;
           uint8_t* dst = bp + (int64_t)t * J + j0 * C;
           static_assert(C == 4 || C == 8 || C == 16, "grouped layout: k = 2, 3, 4");
           if constexpr (C == 4) *reinterpret_cast<uint32_t*>(dst) = packed[0];
@@ -236,21 +278,21 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             for (int c = 0; c < C; ++c) cv[c] = creg[gi][bb * C + c];
           });
 #pragma unroll 1
-        for (int gi = GREG; gi < NG / NT; ++gi) {
+        for (int gi = GREG; gi < GREG + GSM; ++gi)
+          group(tid + gi * NT, [&](int bb, float* cv) {
+#pragma unroll
+            for (int q = 0; q < C / 4; ++q) {
+              const float4 f = csm[((gi - GREG) * (C * C / 4) + bb * (C / 4) + q) * NT + tid];
+              cv[4 * q] = f.x; cv[4 * q + 1] = f.y; cv[4 * q + 2] = f.z; cv[4 * q + 3] = f.w;
+            }
+          });
+#pragma unroll 1
+        for (int gi = GREG + GSM; gi < NG / NT; ++gi) {
           const int j0 = tid + gi * NT;
-          if (gi < GREG + GSM)
-            group(j0, [&](int bb, float* cv) {
+          group(j0, [&](int bb, float* cv) {
 #pragma unroll
-              for (int q = 0; q < C / 4; ++q) {
-                const float4 f = csm[((gi - GREG) * (C * C / 4) + bb * (C / 4) + q) * NT + tid];
-                cv[4 * q] = f.x; cv[4 * q + 1] = f.y; cv[4 * q + 2] = f.z; cv[4 * q + 3] = f.w;
-              }
-            });
-          else
-            group(j0, [&](int bb, float* cv) {
-#pragma unroll
-              for (int c = 0; c < C; ++c) cv[c] = code(j0 * C + bb + c * J);
-            });
+            for (int c = 0; c < C; ++c) cv[c] = code(j0 * C + bb + c * J);
+          });
         }
       } else {
 #pragma unroll
@@ -310,7 +352,24 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         const int stop = pass == 0 ? T / 2 : 0;
         for (int t = T - 1; t > stop; --t) {
           const int j = s >> K;
-          s = j + (int)bp[(int64_t)t * J + j] * J;
+          int arg = 0;
+          if constexpr (HIST) {  // step t's argmin for class j, formed again
+            int ti = t - 1 - shift;
+            ti += ti < 0 ? T : 0;
+            const float* h = hist + (int64_t)(t - 1) * J;
+            float mv = 0.f;
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+              const uint32_t sc = j + c * J;
+              const float d = __fsub_rn(code(sc), xs[ti]);
+              const float v = __fadd_rn(__fmul_rn(d, d), h[sc >> K]);
+              if (c == 0) mv = v;
+              else take_min(v, c, mv, arg);
+            }
+          } else {
+            arg = bp[(int64_t)t * J + j];
+          }
+          s = j + arg * J;
           st[t - 1] = s;
         }
         if (pass == 0) red_s[0] = st[T / 2] >> K;
@@ -350,6 +409,9 @@ static int launch_one(const float* x, const float* table, int B, int T, uint8_t*
     return mode == 1 ? launch_one<L_, K_, block_threads(L_, K_), 1>(x, table, B, T, bp, states, s) \
          : mode == 2 ? launch_one<L_, K_, block_threads(L_, K_), 2>(x, table, B, T, bp, states, s) \
                      : launch_one<L_, K_, block_threads(L_, K_), 0>(x, table, B, T, bp, states, s);
+
+// global scratch bytes a sequence (the caller's `bp` holds B of them)
+extern "C" int64_t tq_viterbi_scratch_bytes(int L, int k, int T) { return scratch_bytes(L, k, T); }
 
 extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, int B, int T, int L,
                                      int k, int mode, uint8_t* bp, int64_t* states,

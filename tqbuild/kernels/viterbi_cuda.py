@@ -18,7 +18,8 @@ from . import nvcc
 
 SOURCE = Path(__file__).with_suffix(".cu")
 CASES = {12: (1, 2, 3, 4), 16: (1, 2, 3, 4)}
-BP_BUDGET = 4 << 30  # bytes of backpointers per launch (T·2^(L−k) per block)
+BP_BUDGET = 4 << 30  # bytes of global scratch per launch (T·2^(L−k) backpointers a block,
+# or 4× that as float32 minima under TQ_VIT_HIST: `tq_viterbi_scratch_bytes`)
 MAX_T_L16 = 1024  # the L = 16 kernels' shared-memory plan (MAX_T in the .cu)
 
 _lib = None
@@ -34,6 +35,8 @@ def _build() -> ctypes.CDLL:
     f = dll.tq_viterbi_tailbiting
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3
+    dll.tq_viterbi_scratch_bytes.restype = ctypes.c_int64
+    dll.tq_viterbi_scratch_bytes.argtypes = [ctypes.c_int] * 3
     return dll
 
 
@@ -65,11 +68,11 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     mode = MODES.get(code, 0)  # byte-sum codes computed in registers, else the table
     table = table.contiguous()
     out = torch.empty(B, T, dtype=torch.int64, device=x.device)
-    per = T * 2 ** (L - k)
+    assert _lib is not None
+    per = int(_lib.tq_viterbi_scratch_bytes(L, k, T))
     chunk = max(1, min(B, BP_BUDGET // per))
     bp = torch.empty(chunk * per, dtype=torch.uint8, device=x.device)
     stream = torch.cuda.current_stream(x.device).cuda_stream
-    assert _lib is not None
     for a in range(0, B, chunk):
         n = min(chunk, B - a)
         rc = _lib.tq_viterbi_tailbiting(x[a:].data_ptr(), table.data_ptr(), n, T, L, k, mode,
