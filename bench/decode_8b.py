@@ -19,19 +19,19 @@ transformers. Variants swap the decoder linears in place:
   q3-fused  — q3 with gate and up stacked into one module (runtime/fused_mlp.py:
               one kernel call, x quantized once), as the CUDA loaders serve it;
   q3-attn-bf16 — q3's MLP, attention left in bf16 (the MLP's share);
-  affine4-tq — every decoder linear tq-build's own AffineLinear (MLX affine
-              4-bit, group 64, bf16 scales and biases) on its Triton kernel
-              (runtime/affine_triton.py), as the artifacts' runtime serves them;
-  q3-fused-tq — q3-fused with its attention on AffineLinear: the Q3 artifact
+  affine4-cu — every decoder linear tq-build's own AffineLinear (MLX affine
+              4-bit, group 64, bf16 scales and biases) on its tensor-core CUDA
+              kernel (runtime/affine_cuda.py), as the artifacts' runtime serves them;
+  q3-fused-cu — q3-fused with its attention on AffineLinear: the Q3 artifact
               as the transformers runtime runs it;
-  affine4-cu, q3-fused-cu — the -tq variants with TQBUILD_AFFINE_KERNEL=cuda
-              (AffineLinear on the tensor-core CUDA kernel, runtime/affine_cuda.py).
+  affine4-tq, q3-fused-tq — the same with TQBUILD_AFFINE_KERNEL=triton (the
+              Triton kernel, runtime/affine_triton.py).
 lm_head stays bf16 in every variant (8-bit in the recipes; the same bytes here
 for all). `--compile`: each variant's forward also through torch.compile
 (inductor fuses the norms, RoPE and elementwise work between the linears;
-TrellisLinear is one custom op there), as `<variant>+compile`. tq-build's own
-AffineLinear runtime dequantizes its weight on every call and is not a decode
-kernel; `affine4` and `q3*` use tinygemm instead, the `-tq` variants the Triton kernel.
+TrellisLinear is one custom op there), as `<variant>+compile`. `affine4`, `q3`,
+`q3-float` and `q3-fused` put their affine layers on tinygemm, the `-cu` variants on
+tq-build's own AffineLinear (its CUDA kernel), the `-tq` ones on its Triton kernel.
 """
 
 from __future__ import annotations
@@ -177,10 +177,10 @@ def main() -> None:
 
     run("bf16")
     swap(model, ATTN + MLP, lambda nm, o, i: affine_tq(o, i, g))
+    os.environ["TQBUILD_AFFINE_KERNEL"] = "triton"
     run("affine4-tq")
-    os.environ["TQBUILD_AFFINE_KERNEL"] = "cuda"
-    run("affine4-cu")
     os.environ.pop("TQBUILD_AFFINE_KERNEL")
+    run("affine4-cu")
     try:
         swap(model, ATTN + MLP, lambda nm, o, i: Int4Linear(o, i, g))
         run("affine4")
@@ -198,10 +198,10 @@ def main() -> None:
     restore(ATTN)  # the MLP keeps its (fused) trellis modules
     run("q3-attn-bf16")
     swap(model, ATTN, lambda nm, o, i: affine_tq(o, i, g))
+    os.environ["TQBUILD_AFFINE_KERNEL"] = "triton"
     run("q3-fused-tq")
-    os.environ["TQBUILD_AFFINE_KERNEL"] = "cuda"
-    run("q3-fused-cu")
     os.environ.pop("TQBUILD_AFFINE_KERNEL")
+    run("q3-fused-cu")
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
         if "tokens_per_s" in b and "tokens_per_s" in v:

@@ -37,10 +37,12 @@ def test_kernel_serves_only_where_chosen_and_on_cuda(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
     assert affine_cuda.serves(x, words, scales, biases, 4, 64)
     assert not affine_cuda.serves(x[:, ::2], words, scales, biases, 4, 64)  # strided x
-    monkeypatch.setenv("TQBUILD_AFFINE_KERNEL", "1")
-    assert not affine_cuda.serves(x, words, scales, biases, 4, 64)  # Triton by default
-    monkeypatch.delenv("TQBUILD_AFFINE_KERNEL")
+    monkeypatch.setenv("TQBUILD_AFFINE_KERNEL", "triton")
     assert not affine_cuda.serves(x, words, scales, biases, 4, 64)
+    monkeypatch.setenv("TQBUILD_AFFINE_KERNEL", "0")
+    assert not affine_cuda.serves(x, words, scales, biases, 4, 64)
+    monkeypatch.delenv("TQBUILD_AFFINE_KERNEL")
+    assert affine_cuda.serves(x, words, scales, biases, 4, 64)  # the default
 
 
 def test_splits_give_small_layers_a_block_an_sm():
@@ -103,7 +105,7 @@ def test_cuda_kernel_matches_the_values(monkeypatch):
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_cuda_affine_linear_takes_the_cuda_kernel_when_chosen(monkeypatch):
+def test_cuda_affine_linear_takes_the_cuda_kernel_by_default(monkeypatch):
     words, scales, biases = random_affine(np.random.default_rng(4), 4, 64, 256, 1024, BF16)
     lin = affine_torch.AffineLinear(words, scales, biases, 4, 64).cuda()
     x = torch.randn(3, 1024).bfloat16().cuda()
@@ -111,9 +113,10 @@ def test_cuda_affine_linear_takes_the_cuda_kernel_when_chosen(monkeypatch):
     real = affine_cuda.matmul
     monkeypatch.setattr(affine_cuda, "matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(affine_triton, "_failed", [])
-    want = lin(x)  # Triton by default
+    monkeypatch.setenv("TQBUILD_AFFINE_KERNEL", "triton")
+    want = lin(x)
     assert not calls
-    monkeypatch.setenv("TQBUILD_AFFINE_KERNEL", "cuda")
+    monkeypatch.delenv("TQBUILD_AFFINE_KERNEL")
     got = lin(x)
     assert calls and ((got.double() - want.double()).abs().max()
                       / want.double().abs().max()).item() < 2e-2

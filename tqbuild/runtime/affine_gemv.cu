@@ -107,23 +107,35 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 
   for (int ch0 = lo + warp; ch0 < hi; ch0 += U * W) {
-    uint4 A[U], B[U];  // this lane's words of rows g and g + 8, U chunks in flight
+    // U chunks in flight: this lane's words of rows g and g + 8 and their groups' scales
+    // and biases (scale | bias << 16), all loaded before any is decoded; a chunk past
+    // the split rereads the first with zero scales and biases (values 0: no branch, so
+    // the x loads below may be hoisted too)
+    uint4 A[U], B[U];
+    uint32_t SBa[U], SBb[U];
 #pragma unroll
     for (int d = 0; d < U; ++d) {
-      const int ch = ch0 + d * W < hi ? ch0 + d * W : ch0;  // past the split: reread
+      const bool in = ch0 + d * W < hi;
+      const int ch = in ? ch0 + d * W : ch0;
       A[d] = ld128(wa_row + ch * 16);
       B[d] = ld128(wb_row + ch * 16);
+      const int gi = (ch * CK + 4 * c * P) >> gs_log2;  // this lane's 4 words: one group
+      SBa[d] = (ld16(sa_row + gi) | ld16(ba_row + gi) << 16) & (in ? mask_a : 0u);
+      SBb[d] = (ld16(sb_row + gi) | ld16(bb_row + gi) << 16) & (in ? mask_b : 0u);
     }
+    // the first chunk's scales depend (through a zero ptxas cannot see: mask2 >> 30)
+    // on every chunk's words and scales, so all are loaded before the first decode
+    // (ptxas otherwise sinks each chunk's loads next to their use, serialising the
+    // chunks' latencies)
+    uint32_t all = 0;
+#pragma unroll
+    for (int d = 1; d < U; ++d) all |= SBa[d] | SBb[d] | A[d].x | B[d].x;
+    SBa[0] |= all & (mask2 >> 30);
 #pragma unroll
     for (int d = 0; d < U; ++d) {
-      const int ch = ch0 + d * W;
-      if (ch >= hi) break;  // warp-uniform
-      const int k0 = ch * CK;  // the chunk's first input (this lane's: + 4c·P)
-      const int gi = (k0 + 4 * c * P) >> gs_log2;  // its 4 words lie in one group
-      const uint32_t sa = (ld16(sa_row + gi) * 0x00010001u) & mask_a;
-      const uint32_t ba = (ld16(ba_row + gi) * 0x00010001u) & mask_a;
-      const uint32_t sb = (ld16(sb_row + gi) * 0x00010001u) & mask_b;
-      const uint32_t bb = (ld16(bb_row + gi) * 0x00010001u) & mask_b;
+      const int k0 = (ch0 + d * W < hi ? ch0 + d * W : ch0) * CK;  // the chunk's first input
+      const uint32_t sa = prmt(SBa[d], 0, 0x1010), ba = prmt(SBa[d], 0, 0x3232);  // splats
+      const uint32_t sb = prmt(SBb[d], 0, 0x1010), bb = prmt(SBb[d], 0, 0x3232);
       const uint32_t wa[4] = {A[d].x, A[d].y, A[d].z, A[d].w};
       const uint32_t wb[4] = {B[d].x, B[d].y, B[d].z, B[d].w};
 #pragma unroll

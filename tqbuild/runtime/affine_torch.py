@@ -3,9 +3,9 @@ biases as stored. The values are q·scale + bias formed in float32 (as MLX's
 quantized matmul does), equal to `formats.mlx_affine.dequantize_packed(...,
 compute_dtype=float32)`, rounded to x's dtype for the matmul. On CUDA, up to
 affine_triton.MAX_M rows of x go through a Triton kernel that reads the packed
-words directly (runtime/affine_triton.py) — or, with TQBUILD_AFFINE_KERNEL=cuda,
-the tensor-core CUDA kernel of runtime/affine_cuda.py where it serves; otherwise
-each call unpacks the weight with torch ops on the module's device."""
+words directly — the tensor-core CUDA kernel of runtime/affine_cuda.py where it
+serves (2/4 bits, bf16/fp16), else the Triton kernel of runtime/affine_triton.py;
+otherwise each call unpacks the weight with torch ops on the module's device."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def affine_values(words, scales, biases, bits: int, group_size: int) -> torch.Te
 def affine_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
                        biases: torch.Tensor, bits: int, group_size: int,
                        out_features: int) -> torch.Tensor:
-    """x2 [M, K] @ the values .T in x2's dtype: the CUDA kernel where chosen and it
-    serves, else the Triton kernel where it serves, else the values unpacked."""
+    """x2 [M, K] @ the values .T in x2's dtype: the CUDA kernel where it serves, else
+    the Triton kernel where it serves, else the values unpacked."""
     if affine_cuda.serves(x2, words, scales, biases, bits, group_size):
         y = affine_cuda.matmul(x2, words, scales, biases, bits, group_size, out_features)
         if y is not None:

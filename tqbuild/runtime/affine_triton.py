@@ -11,7 +11,9 @@ a tile wide and summed once at the end; at M = 3–8 the values are rounded to x
 dtype (as `AffineLinear.values().to(x.dtype)`) for the tensor cores, float32 sums,
 x padded to 16 rows. One split writes x's dtype itself; a small N splits the
 inputs, whose float32 partial sums torch adds in split order (deterministic, no
-atomics). TQBUILD_AFFINE_KERNEL=0 keeps the unpacking path."""
+atomics). TQBUILD_AFFINE_KERNEL=0 keeps the unpacking path; the CUDA kernel of
+runtime/affine_cuda.py takes what it serves first (TQBUILD_AFFINE_KERNEL=triton:
+this kernel for all)."""
 
 from __future__ import annotations
 
