@@ -112,33 +112,38 @@ constexpr int SMEM_BYTES = 227 * 1024;  // an H100/H200 block's shared-memory li
 // L = 16, k ≥ 2: a thread owns groups of C classes (see the header)
 __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >= 2; }
 
-// TQ_VIT_REG = 1: at L = 16, k = 2 and 3, 512 threads a block, each keeping the C·C
-// codes of some of its groups in registers (k = 2: 4 groups, 64 of 128 registers;
-// k = 3: 1 group, 64); 0 (the default until timed on the GPU): 1024 threads at
-// k = 2, no codes in registers
+// TQ_VIT_REG: at L = 16, k = 2 and 3, 512 threads a block, each keeping the C·C codes
+// of some of its groups in registers (k = 2: 4 groups, 64 of 128 registers; k = 3: 1
+// group, 64). TQ_VIT_HIST: the grouped layout keeps each step's class minima instead
+// of backpointers (below). 1 on for every k, 0 off; by default (−1) what the H200
+// measured fastest per k (bench/results/viterbi_cuda-cuda-s9v*.json, L = 16 mul1,
+// 65536 sequences): both at k = 2 (17.1 → 23.0 M weights/s), history alone at k = 4
+// (18.4 → 21.9), neither at k = 3 (20.5; with both 19.5).
 #ifndef TQ_VIT_REG
-#define TQ_VIT_REG 0
+#define TQ_VIT_REG -1
 #endif
+#ifndef TQ_VIT_HIST
+#define TQ_VIT_HIST -1
+#endif
+__host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K == 2 : TQ_VIT_REG > 0; }
+__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST < 0 ? K != 3 : TQ_VIT_HIST > 0; }
 
 // threads a block (one block a sequence): every state's work in one block
 __host__ __device__ constexpr int block_threads(int L, int K) {
-  return L == 12 ? 256 : K == 1 || (K == 2 && !TQ_VIT_REG) ? 1024 : K <= 3 ? 512 : 256;
+  return L == 12 ? 256 : K == 1 || (K == 2 && !regs_on(2)) ? 1024 : K <= 3 ? 512 : 256;
 }
 
 // grouped layout: how many of a thread's groups keep their codes in registers
 __host__ __device__ constexpr int reg_code_groups(int L, int K) {
-  return !grouped(L, K) || !TQ_VIT_REG ? 0 : K == 2 ? 4 : K == 3 ? 1 : 0;
+  return !grouped(L, K) || !regs_on(K) ? 0 : K == 2 ? 4 : K == 3 ? 1 : 0;
 }
 
-// TQ_VIT_HIST = 1: the grouped layout keeps no backpointers; each step's J class
-// minima go to global memory instead, and the backtrack forms the one argmin a step
-// it needs from them (the same float32 operations and tie rule), so the forward pass
-// takes a class's minimum without its argument (4× the global writes). 0: the default
-#ifndef TQ_VIT_HIST
-#define TQ_VIT_HIST 0
-#endif
+// TQ_VIT_HIST: the grouped layout keeps no backpointers; each step's J class minima
+// go to global memory instead, and the backtrack forms the one argmin a step it needs
+// from them (the same float32 operations and tie rule), so the forward pass takes a
+// class's minimum without its argument (4× the global writes)
 __host__ __device__ constexpr bool keeps_history(int L, int K) {
-  return TQ_VIT_HIST && grouped(L, K);
+  return grouped(L, K) && hist_on(K);
 }
 
 // global scratch a sequence: T steps of J backpointer bytes, or of J float32 minima
