@@ -1,9 +1,10 @@
-"""Decode-matmul of packed MLX affine weights on the GPU: tq-build's Triton kernel
-(runtime/affine_triton.py, what `AffineLinear` runs on CUDA) and its tensor-core
-CUDA kernel (runtime/affine_cuda.py, TQBUILD_AFFINE_KERNEL=cuda) next to the
-unpacking path they replace, torch's tinygemm int4 kernel and bf16 cuBLAS, same shapes.
+"""Decode-matmul of packed MLX affine weights on the GPU: tq-build's tensor-core CUDA
+kernel (runtime/affine_cuda.py, what `AffineLinear` runs on CUDA where it serves)
+and its Triton kernel (runtime/affine_triton.py, the fallback) next to the unpacking
+path they replace, torch's tinygemm int4 kernel and bf16 cuBLAS, same shapes.
 
-    python bench/affine_gemv.py [--ms 1,4,8] [--tag=-x]   # -> results/affine_gemv-cuda{tag}.json
+    python bench/affine_gemv.py [--ms 1,4,8] [--cuda-splits 2,4] [--tag=-x]
+        # -> results/affine_gemv-cuda{tag}.json
     python bench/affine_gemv.py --sass     # no GPU: the kernels' sm_90 SASS a weight
                                            # -> results/affine_sass.json (the CUDA
                                            # kernel's with the nvcc on PATH)
@@ -59,14 +60,22 @@ def tinygemm_copies(out_f: int, in_f: int, l2: int, g: torch.Generator):
     return [(w.clone(), sz.clone()) for _ in range(n)]
 
 
+CUDA_SPLITS: tuple[int, ...] = ()  # --cuda-splits: the CUDA kernel also at these input splits
+
+
 def time_case(x, copies, dense, tiny, bits: int, out_f: int) -> dict:
-    """Seconds a call of each path at one x (CUDA graphs over the copies)."""
+    """Seconds a call of each path at one x (CUDA graphs over the copies); the CUDA
+    kernel at its planned splits and at each of CUDA_SPLITS."""
     t = {"triton_seconds": graph_time(lambda: [
         affine_triton.matmul(x, w, s, b, bits, GROUP, out_f) for w, s, b in copies]) / len(copies)}
     if affine_cuda.handles(*x.shape, x.dtype, copies[0][1].dtype, bits, GROUP):
         t["cuda_seconds"] = graph_time(lambda: [
             affine_cuda.matmul(x, w, s, b, bits, GROUP, out_f) for w, s, b in copies]) / len(
                 copies)
+        for n in CUDA_SPLITS:
+            t[f"cuda_splits{n}_seconds"] = graph_time(lambda n=n: [
+                affine_cuda.matmul(x, w, s, b, bits, GROUP, out_f, splits=n)
+                for w, s, b in copies]) / len(copies)
     t["unpack_seconds"] = graph_time(lambda: [
         x @ affine_torch.affine_values(w, s, b, bits, GROUP).to(x.dtype).t()
         for w, s, b in copies[:2]], n_iter=3) / 2
@@ -172,8 +181,12 @@ def main() -> None:
     ap.add_argument("--ms", default="1,4,8")
     ap.add_argument("--tag", default="")
     ap.add_argument("--sass", action="store_true", help="no GPU: the kernels' SASS counts")
+    ap.add_argument("--cuda-splits", default="",
+                    help="also time the CUDA kernel at these input splits, e.g. 2,4")
     a = ap.parse_args()
     ms = [int(m) for m in a.ms.split(",")]
+    global CUDA_SPLITS
+    CUDA_SPLITS = tuple(int(v) for v in a.cuda_splits.split(",") if v)
     if a.sass:
         sass(ms)
         return
