@@ -78,6 +78,13 @@ __device__ __forceinline__ void take_min(float v, int c, float& m, int& arg) {
 #endif
 }
 
+// (code − x)², each operation rounded on its own (the torch path's; no contraction):
+// a state's cost is this + its predecessor's best, added by __fadd_rn
+__device__ __forceinline__ float sq_err(float code, float x) {
+  const float d = __fsub_rn(code, x);
+  return __fmul_rn(d, d);
+}
+
 // the smallest of n costs (>= 0 or +inf: ordered as unsigned integers), two more a
 // DPX three-way min on Hopper
 template <int N>
@@ -107,7 +114,6 @@ __host__ __device__ constexpr bool double_buffered(int L, int K) {
 
 constexpr int MAX_T = 1024;            // longest block the shared-memory plan reserves for
 constexpr int SMEM_BYTES = 227 * 1024;  // an H100/H200 block's shared-memory limit
-
 
 // L = 16, k ≥ 2: a thread owns groups of C classes (see the header)
 __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >= 2; }
@@ -219,6 +225,12 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     const int shift = pass == 0 ? T / 2 : 0;  // pass 0 runs on x rolled right by T/2
     float* cur = best;
     float* nxt = DOUBLE ? best + J : best;
+    // x of step t (1 … T; T: the final costs), on the rolled x in pass 0
+    auto x_at = [&](int t) {
+      int i = t - 1 - shift;
+      i += i < 0 ? T : 0;
+      return xs[i];
+    };
     // best_0: 0 (cost0 = d + 0 exactly) or +inf outside the pinned class
     for (int j = tid; j < J; j += NT) {
       cur[j] = (overlap < 0 || j == overlap) ? 0.f : INF;
@@ -226,9 +238,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     }
     __syncthreads();
     for (int t = 1; t < T; ++t) {
-      int ti = t - 1 - shift;
-      ti += ti < 0 ? T : 0;
-      const float xv = xs[ti];
+      const float xv = x_at(t);
       float m[DOUBLE ? 1 : G];  // new costs staged in registers (single buffer)
       if constexpr (GROUPED) {
         // thread owns groups j0 of C classes j = j0·C + b; all C·C of their states
@@ -248,10 +258,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             codes_of(bb, cv);
             float v[C];
 #pragma unroll
-            for (int c = 0; c < C; ++c) {
-              const float d = __fsub_rn(cv[c], xv);
-              v[c] = __fadd_rn(__fmul_rn(d, d), pb[c]);
-            }
+            for (int c = 0; c < C; ++c) v[c] = __fadd_rn(sq_err(cv[c], xv), pb[c]);
             if constexpr (HIST) {
               mvs[bb] = min_of<C>(v);
             } else {
@@ -308,8 +315,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 #pragma unroll
           for (int c = 0; c < C; ++c) {
             const uint32_t s = j + c * J;
-            const float d = __fsub_rn(code(s), xv);
-            const float v = __fadd_rn(__fmul_rn(d, d), cur[s >> K]);
+            const float v = __fadd_rn(sq_err(code(s), xv), cur[s >> K]);
             if (c == 0 || v < mv) { mv = v; arg = c; }
           }
           if constexpr (DOUBLE) nxt[j] = mv;
@@ -329,15 +335,12 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     float* bestf = cur;
     // final costs at t = T−1; the smallest (cost, state), pinned states only
     {
-      int ti = T - 1 - shift;
-      ti += ti < 0 ? T : 0;
-      const float xv = xs[ti];
+      const float xv = x_at(T);
       float bv = INF;
       int bs = 0x7fffffff;
       for (int s = tid; s < (1 << L); s += NT) {
         if (overlap >= 0 && (s & (J - 1)) != overlap) continue;
-        const float d = __fsub_rn(code((uint32_t)s), xv);
-        const float v = __fadd_rn(__fmul_rn(d, d), bestf[s >> K]);
+        const float v = __fadd_rn(sq_err(code((uint32_t)s), xv), bestf[s >> K]);
         if (v < bv || (v == bv && s < bs)) { bv = v; bs = s; }
       }
 #pragma unroll
@@ -359,15 +362,15 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           const int j = s >> K;
           int arg = 0;
           if constexpr (HIST) {  // step t's argmin for class j, formed again
-            int ti = t - 1 - shift;
+            int ti = t - 1 - shift;  // x_at(t) written out: kept as measured (the lambda
+            // here changes the SASS the H200 timed)
             ti += ti < 0 ? T : 0;
             const float* h = hist + (int64_t)(t - 1) * J;
             float mv = 0.f;
 #pragma unroll
             for (int c = 0; c < C; ++c) {
               const uint32_t sc = j + c * J;
-              const float d = __fsub_rn(code(sc), xs[ti]);
-              const float v = __fadd_rn(__fmul_rn(d, d), h[sc >> K]);
+              const float v = __fadd_rn(sq_err(code(sc), xs[ti]), h[sc >> K]);
               if (c == 0) mv = v;
               else take_min(v, c, mv, arg);
             }
