@@ -11,12 +11,10 @@
 template <int BITS, int DT>
 static void run(const uint16_t* x, const uint32_t* w, const uint16_t* s, const uint16_t* b,
                 void* out, int M, int N, int K, int gs, int splits) {
-  const int chunks = K / aff_chunk(BITS), per = (chunks + splits - 1) / splits;
-  int gs_log2 = 0;
-  while ((1 << gs_log2) < gs) ++gs_log2;
-  simt::launch((N + 15) / 16, splits, 32 * AFF_WARPS, [&] {
-    affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>(x, w, s, b, out, M, N, K, gs_log2, per,
-                                               splits > 1, ((1u << BITS) - 1) * 0x00010001u);
+  const AffLaunch a = aff_launch(BITS, N, K, gs, splits);
+  simt::launch(a.tiles, a.splits, 32 * AFF_WARPS, [&] {
+    affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>(x, w, s, b, out, M, N, K, a.gs_log2,
+                                               a.per_split, a.f32_out, a.mask2);
   });
 }
 

@@ -76,6 +76,21 @@ constexpr int AFF_DEPTH = 4;  // chunks a warp loads before decoding them
 
 __host__ __device__ constexpr int aff_chunk(int bits) { return 16 * (32 / bits); }
 
+// the launch's shape and the kernel's derived arguments, for the CUDA launcher and
+// tests/simt alike: 16-row tiles × input splits; log2 of the group; chunks a split;
+// float32 partial sums when split; a field's mask in both halves
+struct AffLaunch {
+  int tiles, splits, gs_log2, per_split, f32_out;
+  uint32_t mask2;
+};
+inline AffLaunch aff_launch(int bits, int N, int K, int gs, int splits) {
+  int gs_log2 = 0;
+  while ((1 << gs_log2) < gs) ++gs_log2;
+  const int chunks = K / aff_chunk(bits);
+  return {(N + 15) / 16, splits, gs_log2, (chunks + splits - 1) / splits, splits > 1,
+          ((1u << bits) - 1) * 0x00010001u};
+}
+
 template <int BITS, int DT, int W, int U>
 TQ_GLOBAL void TQ_BOUNDS(32 * W)
 affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
@@ -189,14 +204,12 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
 template <int BITS, int DT>
 static int launch(const void* x, const void* words, const void* scales, const void* biases,
                   void* out, int M, int N, int K, int gs, int splits, cudaStream_t stream) {
-  const int chunks = K / aff_chunk(BITS), per = (chunks + splits - 1) / splits;
-  int gs_log2 = 0;
-  while ((1 << gs_log2) < gs) ++gs_log2;
-  const dim3 grid((N + 15) / 16, splits);
-  affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH><<<grid, 32 * AFF_WARPS, 0, stream>>>(
+  const AffLaunch a = aff_launch(BITS, N, K, gs, splits);
+  affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH><<<dim3(a.tiles, a.splits), 32 * AFF_WARPS, 0,
+                                               stream>>>(
       static_cast<const uint16_t*>(x), static_cast<const uint32_t*>(words),
       static_cast<const uint16_t*>(scales), static_cast<const uint16_t*>(biases), out, M, N, K,
-      gs_log2, per, splits > 1, ((1u << BITS) - 1) * 0x00010001u);
+      a.gs_log2, a.per_split, a.f32_out, a.mask2);
   return (int)cudaGetLastError();
 }
 
