@@ -99,8 +99,6 @@ def _period_kernel_cases(device):
 @pytest.mark.skipif(tt.triton is None, reason="Triton is not installed")
 def test_triton_kernels_in_the_interpreter():
     """Triton's interpreter runs the kernels on CPU tensors."""
-    if CUDA:
-        pytest.skip("the CUDA test covers the kernels")
     run_cases("test_runtime_torch", timeout=900)
 
 
