@@ -33,7 +33,7 @@ from decode_8b import affine_tq  # noqa: E402
 from hostinfo import host  # noqa: E402
 from trellis_matvec import copies_for, copy_bandwidth, graph_time  # noqa: E402
 
-from tqbuild.runtime import affine_cuda, affine_torch, affine_triton  # noqa: E402
+from tqbuild.runtime import affine_cuda, affine_torch, affine_triton, gpu_info  # noqa: E402
 
 SHAPES = [("q 4096x4096", 4096, 4096, 4), ("kv 1024x4096", 1024, 4096, 4),
           ("gate 14336x4096", 14336, 4096, 4), ("down 4096x14336", 4096, 14336, 4),
@@ -122,7 +122,7 @@ def sass(ms: list[int]) -> None:
     from gemv_sass import pipes
 
     cuda = torch.device("cuda")
-    affine_triton._sms = lambda device: 132  # the H200
+    gpu_info.sm_count = lambda device: 132  # the H200
     res: dict = {"arch": "sm_90", "cases": []}
     for name, out_f, in_f, bits in SHAPES:
         for m in ms:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_affine_kernel import random_affine
 
-from tqbuild.runtime import affine_cuda, affine_torch, affine_triton
+from tqbuild.runtime import affine_cuda, affine_torch, affine_triton, gpu_info
 
 CUDA = torch.cuda.is_available()
 BF16, F16 = torch.bfloat16, torch.float16
@@ -62,7 +62,7 @@ def test_a_failed_build_warns_once_and_leaves_the_call_to_triton(monkeypatch):
 
     monkeypatch.setattr(affine_cuda, "_failed", [])
     monkeypatch.setattr(affine_cuda, "_library", broken)
-    monkeypatch.setattr(affine_cuda, "_sms", lambda device: 132)
+    monkeypatch.setattr(gpu_info, "sm_count", lambda device: 132)
     monkeypatch.setenv("TQBUILD_AFFINE_KERNEL", "cuda")
     with pytest.warns(UserWarning, match="using the Triton kernel"):
         assert affine_cuda.matmul(x, words, scales, biases, 4, 64, 40) is None

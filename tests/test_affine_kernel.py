@@ -13,7 +13,7 @@ import torch
 from interpreter import run_cases
 
 from tqbuild.formats import mlx_affine as ma
-from tqbuild.runtime import affine_torch, affine_triton
+from tqbuild.runtime import affine_torch, affine_triton, gpu_info
 
 CUDA = torch.cuda.is_available()
 # (bits, group size, out, in, M, x dtype, scale dtype, splits)
@@ -115,7 +115,7 @@ def test_affine_kernel_plan_fills_the_gpu(monkeypatch):
     """M ≤ 2: row tiles as wide as still give every SM a program; M > 2: 64 rows;
     inputs split (whole tiles, a divisor) where half the SMs would idle; one
     program a row tile on CPU."""
-    monkeypatch.setattr(affine_triton, "_sms", lambda device: 132)
+    monkeypatch.setattr(gpu_info, "sm_count", lambda device: 132)
     plan = functools.partial(affine_triton.plan, device=torch.device("cuda"))
     assert plan(14336, 4096, 4) == (64, 128, 1)  # 224 programs
     assert plan(14336, 4096, 1) == (64, 64, 1)  # M ≤ 2: 4096 weights a tile
@@ -190,7 +190,7 @@ def test_affine_kernel_compiles_for_sm90(m, monkeypatch):
     tiles for Llama-3-8B's shapes (Triton's own ptxas; no GPU needed)."""
     if os.environ.get("TRITON_INTERPRET", "0") in ("1", "true", "True"):
         pytest.skip("the interpreter compiles nothing")
-    monkeypatch.setattr(affine_triton, "_sms", lambda device: 132)
+    monkeypatch.setattr(gpu_info, "sm_count", lambda device: 132)
     for n, k, bits, gs, xd, sd in ((4096, 4096, 4, 64, "bf16", "bf16"),
                                    (1024, 4096, 4, 64, "bf16", "bf16"),
                                    (14336, 4096, 8, 128, "fp16", "fp16"),

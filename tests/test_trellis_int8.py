@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tqbuild.formats import trellis as fmt
-from tqbuild.runtime import act_int8, trellis_cuda
+from tqbuild.runtime import act_int8, gpu_info, trellis_cuda
 from tqbuild.runtime import trellis_torch as tt
 
 CUDA = torch.cuda.is_available()
@@ -361,5 +361,5 @@ def test_cols_kernel_choice_by_m_and_cfg(monkeypatch):
     assert per(17408, 5120, {"per": 96}) == 96
     assert per(17408, 5120, {"splits": 3}) == 5824  # ⌈17408 / 96⌉ · 32
     assert per(416, 512, {"splits": 3}) == 160  # 160, 160, 96: a ragged last split
-    monkeypatch.setattr(trellis_cuda, "_sms", lambda device=0: 132)
+    monkeypatch.setattr(gpu_info, "sm_count", lambda device=0: 132)
     assert per(17408, 5120) == per(17408, 5120, {"splits": 3})  # ⌈3 · 132 / 160⌉

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from ..kernels import nvcc
+from . import gpu_info
 
 SOURCE = Path(__file__).with_name("affine_gemv.cu")
 MAX_M = 8
@@ -72,10 +73,6 @@ def _library() -> ctypes.CDLL:
     return dll
 
 
-@functools.cache
-def _sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
 
 def splits_for(N: int, K: int, bits: int, sms: int) -> int:
     """Input splits: 1 where the 16-row tiles give a quarter of the SMs a block (a
@@ -94,7 +91,7 @@ def matmul(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: 
     library failed to build or launch (warned once; the caller takes another path)."""
     M, K = x2.shape
     N = out_features
-    splits = splits or splits_for(N, K, bits, _sms(x2.device))
+    splits = splits or splits_for(N, K, bits, gpu_info.sm_count(x2.device))
     out = torch.empty((splits, M, N) if splits > 1 else (M, N), device=x2.device,
                       dtype=torch.float32 if splits > 1 else x2.dtype)
     try:

@@ -17,11 +17,12 @@ this kernel for all)."""
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 
 import torch
+
+from . import gpu_info
 
 try:
     import triton
@@ -191,10 +192,6 @@ if triton is not None:
                      mask=rmask[:, None] & (ms < M)[None, :])
 
 
-@functools.cache
-def _sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
 
 def plan(N: int, K: int, M: int, device: torch.device) -> tuple[int, int, int]:
     """(output rows a program, inputs a tile, input splits). M ≤ 2: the widest row
@@ -205,7 +202,7 @@ def plan(N: int, K: int, M: int, device: torch.device) -> tuple[int, int, int]:
     on the interpreter. A split call adds a kernel (the fixed-order sum)."""
     if device.type != "cuda":
         return BNS[-1], _bk(K, BNS[-1], M), 1
-    sms = _sms(device)
+    sms = gpu_info.sm_count(device)
     bn = BNS[0] if M > 2 else next((b for b in BNS if -(-N // b) >= sms), BNS[-1])
     bk = _bk(K, bn, M)
     progs, tiles = -(-N // bn), K // bk

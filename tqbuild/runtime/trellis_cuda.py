@@ -25,6 +25,7 @@ import torch
 
 from ..kernels import nvcc
 from ..kernels.trellis_codes import BYTESUM_DIV
+from . import gpu_info
 from .act_int8 import GROUP
 
 SOURCE = Path(__file__).with_name("trellis_gemv.cu")
@@ -208,13 +209,9 @@ def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None, device: int = 0
     c = cfg or {}
     if "per" in c:
         return int(c["per"])
-    splits = int(c.get("splits", 0)) or -(-3 * _sms(device) // max(1, n_out // 32))
+    splits = int(c.get("splits", 0)) or -(-3 * gpu_info.sm_count(device) // max(1, n_out // 32))
     return _split_rows(nrows, splits)
 
-
-@functools.cache
-def _sms(device: int = 0) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 MMA_FROM_M = 6  # rows: tensor cores from this M on (H200, 8192² and 17408 × 5120: M = 8
