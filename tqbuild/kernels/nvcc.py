@@ -1,4 +1,5 @@
-"""Build a CUDA source into a cached shared library with nvcc, on first use.
+"""Build a CUDA source into a cached shared library with nvcc, on first use; the
+stream handle its ctypes calls launch on.
 
 Never at install time: tq-build stays pure Python on CPU and Mac. The library is
 keyed by the source bytes, the flags and the GPU architecture, written to a temp
@@ -50,3 +51,9 @@ def build(source: Path, flags: list[str]) -> ctypes.CDLL:
                 raise RuntimeError(f"nvcc failed: {p.stderr[-2000:]}")
             os.replace(out, lib)
     return ctypes.CDLL(str(lib))
+
+
+def stream_of(t: torch.Tensor) -> ctypes.c_void_p:
+    """torch's current CUDA stream on t's device, as a ctypes handle (launches on it are
+    ordered with torch's work and captured by CUDA graphs)."""
+    return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)

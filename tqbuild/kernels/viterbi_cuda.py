@@ -72,12 +72,12 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     per = int(_lib.tq_viterbi_scratch_bytes(L, k, T))
     chunk = max(1, min(B, BP_BUDGET // per))
     bp = torch.empty(chunk * per, dtype=torch.uint8, device=x.device)
-    stream = torch.cuda.current_stream(x.device).cuda_stream
+    stream = nvcc.stream_of(x)
     for a in range(0, B, chunk):
         n = min(chunk, B - a)
         rc = _lib.tq_viterbi_tailbiting(x[a:].data_ptr(), table.data_ptr(), n, T, L, k, mode,
                                         bp.data_ptr(), out[a:].data_ptr(),
-                                        ctypes.c_void_p(stream))
+                                        stream)
         if rc != 0:
             raise RuntimeError(f"CUDA Viterbi launch failed (cudaError {rc})")
     return out

@@ -98,7 +98,7 @@ def matmul(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: 
         rc = _library().tq_affine_mma(
             x2.data_ptr(), words.data_ptr(), scales.data_ptr(), biases.data_ptr(),
             out.data_ptr(), M, N, K, group_size, bits, DTYPES[x2.dtype], splits,
-            ctypes.c_void_p(torch.cuda.current_stream(x2.device).cuda_stream))
+            nvcc.stream_of(x2))
         if rc != 0:
             raise RuntimeError(f"launch failed (cudaError {rc})")
     except Exception as e:  # noqa: BLE001 - no nvcc, a compiler or driver failure

@@ -138,10 +138,6 @@ def _check(rc: int, what: str) -> None:
         raise RuntimeError(f"int8 trellis {what} launch failed (cudaError {rc})")
 
 
-def _stream(t: torch.Tensor) -> ctypes.c_void_p:
-    return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
-
-
 SMEM_LIMIT = 200 << 10  # dynamic shared memory a block may take (H100/H200: 227 KB)
 
 
@@ -310,7 +306,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     odt = DTYPES[out_dtype]
     factor = 1.0 / BYTESUM_DIV
-    st = _stream(x)
+    st = nvcc.stream_of(x)
     kind = rows_kernel(lib, M, in_features, T, cfg, rows) if axis == 1 else "cols"
     c = cfg or {}
     dev = x.device.index or 0
