@@ -14,10 +14,11 @@
 // Strided ownership (j = tid + i·NT) at L = 12 and L = 16, k = 1; at L = 16,
 // k ≥ 2 a thread owns groups of C consecutive classes, whose C·C states share
 // their C predecessor costs; the codes of a thread's first groups are computed
-// once — TQ_VIT_REG groups kept in registers, then as many as fit in shared memory
-// — and read back, the rest every step (computed codes cost ~5 instructions, a
-// shared-memory one a quarter LDS.128, a register one nothing).
-// Backpointers (c, one byte per class and step) go to global memory.
+// once — some kept in registers (`reg_code_groups`), then as many as fit in shared
+// memory — and read back, the rest every step (computed codes cost ~5 instructions,
+// a shared-memory one a quarter LDS.128, a register one nothing).
+// Backpointers (c, one byte per class and step) go to global memory — or, where
+// `keeps_history`, each step's class minima, from which the backtrack forms its argmin.
 //
 // The kernel also builds for the host under tests/simt (a SIMT emulator), where its
 // states are checked against the torch path without a GPU.
