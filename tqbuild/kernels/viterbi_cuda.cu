@@ -18,7 +18,11 @@
 // memory — and read back, the rest every step (computed codes cost ~5 instructions,
 // a shared-memory one a quarter LDS.128, a register one nothing).
 // Backpointers (c, one byte per class and step) go to global memory — or, where
-// `keeps_history`, each step's class minima, from which the backtrack forms its argmin.
+// `keeps_history`, each step's class minima, from which the backtrack forms its argmin —
+// only for the steps a backtrack reads (the rolled pass's first half takes no argmin).
+// The backtrack runs in rounds of D steps: the block reads the scratch of every path
+// D steps deep at once, then one thread follows the chosen one (D dependent global
+// reads become one).
 //
 // The kernel also builds for the host under tests/simt (a SIMT emulator), where its
 // states are checked against the torch path without a GPU.
@@ -32,6 +36,11 @@
 
 template <int MODE>
 struct Codes;
+
+template <bool B>
+struct Flag {
+  static constexpr bool value = B;
+};
 
 // MODE 0: the float32 code table (2^L entries) in global memory, read through
 // the read-only cache (at L = 12 the compiler keeps each thread's codes in
@@ -171,6 +180,14 @@ __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
   return g;
 }
 
+// backtrack rounds: the most steps D whose (C^D − 1)/(C − 1) path candidates (C^e at
+// depth e < D) the block's threads can take at once
+__host__ __device__ constexpr int lookahead_steps(int K, int NT) {
+  int d = 1, n = 1, tot = 1;
+  while (tot + n * (1 << K) <= NT) { n <<= K; tot += n; ++d; }
+  return d;
+}
+
 template <int L, int K, int NT, int MODE>
 __global__ void __launch_bounds__(NT)
 viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__ table, int T,
@@ -193,6 +210,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   // q of group gi at [((gi − GREG)·C·C/4 + q)·NT + tid]), then the rest computed
   constexpr int GREG = reg_code_groups(L, K);
   constexpr int GSM = smem_code_groups(L, K, NT);
+  constexpr int D = lookahead_steps(K, NT);
+  constexpr int NB = ((1 << (K * D)) - 1) / (C - 1);  // threads a backtrack round
+  static_assert(NB <= NT && NB <= J, "backtrack round");
   float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + 2 * MAX_T + NT / 16);
 
   const int tid = threadIdx.x;
@@ -224,6 +244,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   int overlap = -1;
   for (int pass = 0; pass < 2; ++pass) {
     const int shift = pass == 0 ? T / 2 : 0;  // pass 0 runs on x rolled right by T/2
+    // scratch rows the backtrack reads: pass 0 stops at T/2, so its first half is not kept
+    const int keep_from = pass == 0 ? T / 2 : 0;
     float* cur = best;
     float* nxt = DOUBLE ? best + J : best;
     // x of step t (1 … T; T: the final costs), on the rolled x in pass 0
@@ -232,15 +254,37 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       i += i < 0 ? T : 0;
       return xs[i];
     };
+    // the argmin c of step t for class j: its best predecessor is j + c·J
+    auto arg_at = [&](int t, int j) {
+      if constexpr (HIST) {  // formed again from step t − 1's minima
+        const float* h = hist + (int64_t)(t - 1) * J;
+        const float xv = x_at(t);
+        float mv = 0.f;
+        int arg = 0;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          const uint32_t sc = j + c * J;
+          const float v = __fadd_rn(sq_err(code(sc), xv), h[sc >> K]);
+          if (c == 0) mv = v;
+          else take_min(v, c, mv, arg);
+        }
+        return arg;
+      } else {
+        return (int)bp[(int64_t)t * J + j];
+      }
+    };
     // best_0: 0 (cost0 = d + 0 exactly) or +inf outside the pinned class
     for (int j = tid; j < J; j += NT) {
       cur[j] = (overlap < 0 || j == overlap) ? 0.f : INF;
-      if constexpr (HIST) hist[j] = cur[j];
+      if constexpr (HIST) if (keep_from == 0) hist[j] = cur[j];
     }
     __syncthreads();
-    for (int t = 1; t < T; ++t) {
+    float m[DOUBLE ? 1 : G];  // a step's new costs staged in registers (single buffer)
+    (void)m;
+    // one step; KEEP: its argmins (or minima) go to the scratch
+    auto step = [&](int t, auto keep) {
+      constexpr bool KEEP = decltype(keep)::value;
       const float xv = x_at(t);
-      float m[DOUBLE ? 1 : G];  // new costs staged in registers (single buffer)
       if constexpr (GROUPED) {
         // thread owns groups j0 of C classes j = j0·C + b; all C·C of their states
         // s = j + c·J share the C predecessor costs cur[j0 + c·J/C]; codes_of(bb, cv)
@@ -260,7 +304,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             float v[C];
 #pragma unroll
             for (int c = 0; c < C; ++c) v[c] = __fadd_rn(sq_err(cv[c], xv), pb[c]);
-            if constexpr (HIST) {
+            if constexpr (HIST || !KEEP) {
               mvs[bb] = min_of<C>(v);
             } else {
               float mv = v[0];
@@ -275,9 +319,10 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           for (int q = 0; q < C; q += 4) {  // C consecutive costs: 16-byte stores
             const float4 f = make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
             *reinterpret_cast<float4*>(nxt + j0 * C + q) = f;
-            if constexpr (HIST) *reinterpret_cast<float4*>(hist + (int64_t)t * J + j0 * C + q) = f;
+            if constexpr (HIST && KEEP)
+              *reinterpret_cast<float4*>(hist + (int64_t)t * J + j0 * C + q) = f;
           }
-          if constexpr (HIST) return;
+          if constexpr (HIST || !KEEP) return;
           uint8_t* dst = bp + (int64_t)t * J + j0 * C;
           static_assert(C == 4 || C == 8 || C == 16, "grouped layout: k = 2, 3, 4");
           if constexpr (C == 4) *reinterpret_cast<uint32_t*>(dst) = packed[0];
@@ -321,7 +366,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           }
           if constexpr (DOUBLE) nxt[j] = mv;
           else m[i] = mv;
-          bp[(int64_t)t * J + j] = (uint8_t)arg;
+          if constexpr (KEEP) bp[(int64_t)t * J + j] = (uint8_t)arg;
         }
       }
       __syncthreads();
@@ -332,7 +377,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         for (int i = 0; i < G; ++i) cur[tid + i * NT] = m[i];
         __syncthreads();
       }
-    }
+    };
+    for (int t = 1; t < keep_from; ++t) step(t, Flag<false>{});
+    for (int t = keep_from > 1 ? keep_from : 1; t < T; ++t) step(t, Flag<true>{});
     float* bestf = cur;
     // final costs at t = T−1; the smallest (cost, state), pinned states only
     {
@@ -355,36 +402,40 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       if (tid == 0) {
         for (int w = 1; w < NT / 32; ++w)
           if (red_v[w] < bv || (red_v[w] == bv && red_s[w] < bs)) { bv = red_v[w]; bs = red_s[w]; }
-        // backtrack (the rolled pass only as far as the state aligned with x[0])
-        int s = bs;
-        st[T - 1] = s;
-        const int stop = pass == 0 ? T / 2 : 0;
-        for (int t = T - 1; t > stop; --t) {
-          const int j = s >> K;
-          int arg = 0;
-          if constexpr (HIST) {  // step t's argmin for class j, formed again
-            int ti = t - 1 - shift;  // x_at(t) written out: kept as measured (the lambda
-            // here changes the SASS the H200 timed)
-            ti += ti < 0 ? T : 0;
-            const float* h = hist + (int64_t)(t - 1) * J;
-            float mv = 0.f;
-#pragma unroll
-            for (int c = 0; c < C; ++c) {
-              const uint32_t sc = j + c * J;
-              const float v = __fadd_rn(sq_err(code(sc), xs[ti]), h[sc >> K]);
-              if (c == 0) mv = v;
-              else take_min(v, c, mv, arg);
-            }
-          } else {
-            arg = bp[(int64_t)t * J + j];
-          }
-          s = j + arg * J;
-          st[t - 1] = s;
-        }
-        if (pass == 0) red_s[0] = st[T / 2] >> K;
+        st[T - 1] = bs;
       }
       __syncthreads();
-      if (pass == 0) overlap = red_s[0];
+      // backtrack (the rolled pass only as far as the state aligned with x[0]) in rounds
+      // of up to D steps: thread p < NB takes depth e < D and path i (the e argmins
+      // before it, base C), and forms the argmin at step t0 − e of the class that path
+      // reaches — all a round's scratch reads in flight at once; thread 0 then follows
+      // the chosen path
+      int* amin = reinterpret_cast<int*>(best);  // [NB]; the costs are not needed now
+      const int stop = pass == 0 ? T / 2 : 0;
+      for (int t0 = T - 1; t0 > stop; t0 -= D) {
+        const int d = t0 - stop < D ? t0 - stop : D;
+        if (tid < NB) {
+          int e = 0, base = 0, n = 1;
+          while (tid >= base + n) { base += n; n *= C; ++e; }
+          if (e < d) {
+            int s = st[t0];
+            for (int q = n / C, i = tid - base; q > 0; i %= q, q /= C) s = (s >> K) + (i / q) * J;
+            amin[tid] = arg_at(t0 - e, s >> K);
+          }
+        }
+        __syncthreads();
+        if (tid == 0) {
+          int s = st[t0];
+          for (int e = 0, base = 0, i = 0; e < d; base = base * C + 1, ++e) {
+            const int a = amin[base + i];
+            s = (s >> K) + a * J;
+            st[t0 - e - 1] = s;
+            i = i * C + a;
+          }
+        }
+        __syncthreads();
+      }
+      if (pass == 0) overlap = st[T / 2] >> K;
       __syncthreads();
     }
   }
