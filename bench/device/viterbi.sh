@@ -36,10 +36,10 @@ for step in "$@"; do
           i=0
           for v in "" "${vs[@]}"; do
             TQBUILD_VITERBI_FLAGS="$v" timeout "${BENCH_S:-300}" python3 bench/viterbi_cuda.py \
-              --ls 16 --no-old --tag="-v$i" 2>&1 | cut -c1-300
+              --ls 16 --no-old --tag="-${VTAG:-}v$i" 2>&1 | cut -c1-300
             i=$((i + 1))
           done
-          cp bench/results/viterbi_cuda-cuda-v*.json "$OUT/" ;;
+          cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"v*.json "$OUT/" ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac
