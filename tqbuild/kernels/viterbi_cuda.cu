@@ -95,6 +95,17 @@ __device__ __forceinline__ float sq_err(float code, float x) {
   return __fmul_rn(d, d);
 }
 
+// one 16-byte global store (left to itself, nvcc split the history's float4 stores
+// into four at k = 2: 13.5 instead of 23 M weights/s on the H200)
+__device__ __forceinline__ void store16(float* p, float4 f) {
+#ifdef __CUDACC__
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(f.x), "f"(f.y), "f"(f.z),
+               "f"(f.w));
+#else
+  *reinterpret_cast<float4*>(p) = f;
+#endif
+}
+
 // the smallest of n costs (>= 0 or +inf: ordered as unsigned integers), two more a
 // DPX three-way min on Hopper
 template <int N>
@@ -132,16 +143,16 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 // of some of its groups in registers (k = 2: 4 groups, 64 of 128 registers; k = 3: 1
 // group, 64). TQ_VIT_HIST: the grouped layout keeps each step's class minima instead
 // of backpointers (below). 1 on for every k, 0 off; by default (−1) what the H200
-// measured fastest per k (bench/results/viterbi_cuda-cuda-s9v*.json, L = 16 mul1,
-// 65536 sequences): both at k = 2 (17.1 → 23.0 M weights/s), history alone at k = 4
-// (18.4 → 21.9), neither at k = 3 (20.5; with both 19.5).
+// measured fastest per k (bench/results/viterbi_cuda-cuda-s10v*.json, L = 16 mul1,
+// 65536 sequences, rounds backtrack): both at k = 2, registers alone at k = 3 (21.9 →
+// 25.5 M weights/s), history alone at k = 4 (21.0; without it 16.6).
 #ifndef TQ_VIT_REG
 #define TQ_VIT_REG -1
 #endif
 #ifndef TQ_VIT_HIST
 #define TQ_VIT_HIST -1
 #endif
-__host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K == 2 : TQ_VIT_REG > 0; }
+__host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K <= 3 : TQ_VIT_REG > 0; }
 __host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST < 0 ? K != 3 : TQ_VIT_HIST > 0; }
 
 // threads a block (one block a sequence): every state's work in one block
@@ -319,8 +330,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           for (int q = 0; q < C; q += 4) {  // C consecutive costs: 16-byte stores
             const float4 f = make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
             *reinterpret_cast<float4*>(nxt + j0 * C + q) = f;
-            if constexpr (HIST && KEEP)
-              *reinterpret_cast<float4*>(hist + (int64_t)t * J + j0 * C + q) = f;
+            if constexpr (HIST && KEEP) store16(hist + (int64_t)t * J + j0 * C + q, f);
           }
           if constexpr (HIST || !KEEP) return;
           uint8_t* dst = bp + (int64_t)t * J + j0 * C;
