@@ -191,6 +191,28 @@ __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
   return g;
 }
 
+// grouped layout: of the first group left to compute, how many rows bb (the C codes of
+// one class) are kept in shared memory too, in what space the whole groups leave
+__host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
+  if (!grouped(L, K)) return 0;
+  const int C = 1 << K, J = 1 << (L - K);
+  const int g = smem_code_groups(L, K, NT);
+  if (J / C / NT - reg_code_groups(L, K) == g) return 0;  // none left to compute
+  const int used = 4 * (double_buffered(L, K) ? 2 * J : J) + 8 * MAX_T + 8 * (NT / 32) +
+                   g * 4 * C * C * NT;
+  const int rows = (SMEM_BYTES - used) / (4 * C * NT);
+  return rows < C ? rows : C - 1;
+}
+
+// shared memory the kernel asks for: best costs, x and states, the reduction's pairs,
+// the cached codes (x and states reserved for MAX_T where codes are cached)
+__host__ __device__ constexpr int64_t smem_bytes(int L, int K, int NT, int T) {
+  const int cached = smem_code_groups(L, K, NT) * (1 << K) + smem_code_rows(L, K, NT);
+  const int xst = cached > 0 ? MAX_T : T;
+  return 4 * (double_buffered(L, K) ? 2 * (1 << (L - K)) : 1 << (L - K)) + 8 * xst +
+         8 * (NT / 32) + (int64_t)cached * 4 * (1 << K) * NT;
+}
+
 // backtrack rounds: the most steps D whose (C^D − 1)/(C − 1) path candidates (C^e at
 // depth e < D) the block's threads can take at once
 __host__ __device__ constexpr int lookahead_steps(int K, int NT) {
@@ -221,6 +243,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   // q of group gi at [((gi − GREG)·C·C/4 + q)·NT + tid]), then the rest computed
   constexpr int GREG = reg_code_groups(L, K);
   constexpr int GSM = smem_code_groups(L, K, NT);
+  constexpr int ROWS = smem_code_rows(L, K, NT);  // and ROWS rows of group GREG + GSM
   constexpr int D = lookahead_steps(K, NT);
   constexpr int NB = ((1 << (K * D)) - 1) / (C - 1);  // threads a backtrack round
   static_assert(NB <= NT && NB <= J, "backtrack round");
@@ -242,9 +265,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     for (int i = 0; i < C * C; ++i)
       creg[gi][i] = code((tid + gi * NT) * C + i / C + (i % C) * J);
 #pragma unroll 1
-  for (int gi = 0; gi < GSM; ++gi)
+  for (int gi = 0; gi < GSM + (ROWS > 0); ++gi)
 #pragma unroll 1
-    for (int q = 0; q < C * C / 4; ++q) {
+    for (int q = 0; q < (gi < GSM ? C * C / 4 : ROWS * C / 4); ++q) {
       const uint32_t j = (tid + (GREG + gi) * NT) * C + q * 4 / C, c0 = (q * 4) % C;
       csm[(gi * (C * C / 4) + q) * NT + tid] =
           make_float4(code(j + c0 * J), code(j + (c0 + 1) * J), code(j + (c0 + 2) * J),
@@ -345,23 +368,30 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 #pragma unroll
             for (int c = 0; c < C; ++c) cv[c] = creg[gi][bb * C + c];
           });
+        // the C codes of row bb of group gi, kept in shared memory
+        auto smem_row = [&](int gi, int bb, float* cv) {
+#pragma unroll
+          for (int q = 0; q < C / 4; ++q) {
+            const float4 f = csm[((gi - GREG) * (C * C / 4) + bb * (C / 4) + q) * NT + tid];
+            cv[4 * q] = f.x; cv[4 * q + 1] = f.y; cv[4 * q + 2] = f.z; cv[4 * q + 3] = f.w;
+          }
+        };
+        auto computed_row = [&](int j0, int bb, float* cv) {
+#pragma unroll
+          for (int c = 0; c < C; ++c) cv[c] = code(j0 * C + bb + c * J);
+        };
 #pragma unroll 1
         for (int gi = GREG; gi < GREG + GSM; ++gi)
-          group(tid + gi * NT, [&](int bb, float* cv) {
-#pragma unroll
-            for (int q = 0; q < C / 4; ++q) {
-              const float4 f = csm[((gi - GREG) * (C * C / 4) + bb * (C / 4) + q) * NT + tid];
-              cv[4 * q] = f.x; cv[4 * q + 1] = f.y; cv[4 * q + 2] = f.z; cv[4 * q + 3] = f.w;
-            }
+          group(tid + gi * NT, [&](int bb, float* cv) { smem_row(gi, bb, cv); });
+        constexpr int G0 = GREG + GSM;  // the first group computed, its first ROWS rows cached
+        if constexpr (ROWS > 0)
+          group(tid + G0 * NT, [&](int bb, float* cv) {
+            if (bb < ROWS) smem_row(G0, bb, cv);
+            else computed_row(tid + G0 * NT, bb, cv);
           });
 #pragma unroll 1
-        for (int gi = GREG + GSM; gi < NG / NT; ++gi) {
-          const int j0 = tid + gi * NT;
-          group(j0, [&](int bb, float* cv) {
-#pragma unroll
-            for (int c = 0; c < C; ++c) cv[c] = code(j0 * C + bb + c * J);
-          });
-        }
+        for (int gi = G0 + (ROWS > 0); gi < NG / NT; ++gi)
+          group(tid + gi * NT, [&](int bb, float* cv) { computed_row(tid + gi * NT, bb, cv); });
       } else {
 #pragma unroll
         for (int i = 0; i < G; ++i) {
@@ -457,14 +487,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 template <int L, int K, int NT, int MODE>
 static int launch_one(const float* x, const float* table, int B, int T, uint8_t* bp,
                       int64_t* states, cudaStream_t stream) {
-  constexpr int J = 1 << (L - K);
-  // the kernel's shared memory: best costs, x, states, the reduction's (cost, state)
-  // and, with cached codes, x and states reserved for MAX_T, then the codes
-  constexpr int GSM = smem_code_groups(L, K, NT);
-  if (GSM > 0 && T > MAX_T) return -2;
-  const int xst = GSM > 0 ? MAX_T : T;
-  const size_t smem = sizeof(float) * ((double_buffered(L, K) ? 2 * J : J) + xst) +
-                      sizeof(int) * xst + 8 * (NT / 32) + (size_t)GSM * 4 * (1 << (2 * K)) * NT;
+  if (smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T) return -2;
+  const size_t smem = (size_t)smem_bytes(L, K, NT, T);
   auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem);
