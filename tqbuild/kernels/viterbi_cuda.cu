@@ -487,6 +487,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 template <int L, int K, int NT, int MODE>
 static int launch_one(const float* x, const float* table, int B, int T, uint8_t* bp,
                       int64_t* states, cudaStream_t stream) {
+  static_assert(smem_bytes(L, K, NT, MAX_T) <= SMEM_BYTES, "shared-memory plan");
   if (smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T) return -2;
   const size_t smem = (size_t)smem_bytes(L, K, NT, T);
   auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
