@@ -193,8 +193,11 @@ __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
 
 // grouped layout: of the first group left to compute, how many rows bb (the C codes of
 // one class) are kept in shared memory too, in what space the whole groups leave
+#ifndef TQ_VIT_ROWS
+#define TQ_VIT_ROWS 1
+#endif
 __host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
-  if (!grouped(L, K)) return 0;
+  if (!grouped(L, K) || !TQ_VIT_ROWS) return 0;
   const int C = 1 << K, J = 1 << (L - K);
   const int g = smem_code_groups(L, K, NT);
   if (J / C / NT - reg_code_groups(L, K) == g) return 0;  // none left to compute
