@@ -153,7 +153,7 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 #define TQ_VIT_HIST -1
 #endif
 __host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K <= 3 : TQ_VIT_REG > 0; }
-__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST < 0 ? K != 3 : TQ_VIT_HIST > 0; }
+__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST > 0; }
 
 // threads a block (one block a sequence): every state's work in one block
 __host__ __device__ constexpr int block_threads(int L, int K) {
