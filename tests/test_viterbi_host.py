@@ -15,14 +15,14 @@ from tqbuild.kernels import viterbi
 from tqbuild.kernels.viterbi_cuda import MODES
 
 
-@pytest.fixture(scope="module", params=[(), ("TQ_VIT_REG=0", "TQ_VIT_HIST=0"),
-                                        ("TQ_VIT_REG=1", "TQ_VIT_HIST=0"),
+@pytest.fixture(scope="module", params=[(), ("TQ_VIT_REG=0", "TQ_VIT_HIST=0"), ("TQ_VIT_ROWS=0",),
                                         ("TQ_VIT_HIST=1",), ("TQ_VIT_REG=1", "TQ_VIT_HIST=1")],
-                ids=["default", "neither", "reg1-hist0", "hist1", "reg1-hist1"])
+                ids=["default", "neither", "rows0", "hist1", "reg1-hist1"])
 def harness(request, tmp_path_factory) -> Path:
-    """The kernel as built (per k); with neither option; with a group's codes a thread
-    in registers at k = 2, 3 and backpointers at every k; with each step's class minima
-    kept instead of backpointers; with both."""
+    """The kernel as built (codes of a group a thread in registers at k = 2, 3, the
+    first rows of the first computed group in shared memory, backpointers); with no
+    register codes; with no cached rows; with each step's class minima kept instead of
+    backpointers; with both."""
     return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"),
                               request.param)
 

@@ -143,9 +143,9 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 // of some of its groups in registers (k = 2: 4 groups, 64 of 128 registers; k = 3: 1
 // group, 64). TQ_VIT_HIST: the grouped layout keeps each step's class minima instead
 // of backpointers (below). 1 on for every k, 0 off; by default (−1) what the H200
-// measured fastest per k (bench/results/viterbi_cuda-cuda-s10v*.json, L = 16 mul1,
-// 65536 sequences, rounds backtrack): both at k = 2, registers alone at k = 3 (21.9 →
-// 25.5 M weights/s), history alone at k = 4 (21.0; without it 16.6).
+// measured fastest (bench/results/viterbi_cuda-cuda-s10rv*.json, L = 16 mul1, 65536
+// sequences, rounds backtrack, cached rows): registers at k = 2, 3 and backpointers at
+// every k — k = 2 23.2 M weights/s (history 20.7), k = 3 25.8, k = 4 22.1 (21.5).
 #ifndef TQ_VIT_REG
 #define TQ_VIT_REG -1
 #endif
@@ -193,7 +193,7 @@ __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
 
 // grouped layout: of the first group left to compute, how many rows bb (the C codes of
 // one class) are kept in shared memory too, in what space the whole groups leave
-#ifndef TQ_VIT_ROWS
+#ifndef TQ_VIT_ROWS  // 0: no cached rows (k = 2 23.2 -> 21.7, k = 4 22.1 -> 16.8 M weights/s)
 #define TQ_VIT_ROWS 1
 #endif
 __host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
