@@ -2,7 +2,8 @@
 # One H200 call for the fused CUDA Viterbi: bash bench/device/viterbi.sh STEP...
 # Steps: sass (build + resource report + SASS of the kernel), tests (CUDA
 # Viterbi tests), quick (bench, k = 3 per-tensor only), bench (the full bench),
-# vreg (L = 16 compile-time variants: their CUDA tests, then L = 16 timed beside the default).
+# vreg (L = 16 compile-time variants: their CUDA tests, then L = 16 timed beside the default),
+# ncu (Nsight Compute sections of the L = 16 kernels, bench/device/ncu_viterbi.py).
 set -o pipefail
 export PYTHONPATH=$PWD
 if ls .whl/*.whl > /dev/null 2>&1; then  # carried wheels, where the image lacks a package
@@ -40,6 +41,12 @@ for step in "$@"; do
             i=$((i + 1))
           done
           cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"v*.json "$OUT/" ;;
+    ncu) # stall reasons, issue rate and memory traffic of the L = 16 kernels (k = NCU_KS)
+         timeout "${NCU_S:-200}" ncu --clock-control none -k regex:viterbi_tailbiting \
+           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+           --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
+           python3 bench/device/ncu_viterbi.py ${NCU_KS:-2 3 4} > "$OUT/ncu-viterbi.txt" 2>&1
+         echo "ncu rc $?"; grep -E "k [0-9] done|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Mem Busy|Max Bandwidth|DRAM Throughput|Duration" "$OUT/ncu-viterbi.txt" | head -60 ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac
