@@ -278,6 +278,20 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     }
   __syncthreads();
 
+  // the best cost of class j's C states j + c·J at x = xv over the costs `prev` of
+  // step t − 1, and its c (the first on ties)
+  auto class_best = [&](int j, float xv, const float* prev, int& arg) {
+    float mv = 0.f;
+    arg = 0;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const uint32_t s = j + c * J;
+      const float v = __fadd_rn(sq_err(code(s), xv), prev[s >> K]);
+      if (c == 0 || v < mv) { mv = v; arg = c; }
+    }
+    return mv;
+  };
+
   int overlap = -1;
   for (int pass = 0; pass < 2; ++pass) {
     const int shift = pass == 0 ? T / 2 : 0;  // pass 0 runs on x rolled right by T/2
@@ -294,17 +308,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     // the argmin c of step t for class j: its best predecessor is j + c·J
     auto arg_at = [&](int t, int j) {
       if constexpr (HIST) {  // formed again from step t − 1's minima
-        const float* h = hist + (int64_t)(t - 1) * J;
-        const float xv = x_at(t);
-        float mv = 0.f;
-        int arg = 0;
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-          const uint32_t sc = j + c * J;
-          const float v = __fadd_rn(sq_err(code(sc), xv), h[sc >> K]);
-          if (c == 0) mv = v;
-          else take_min(v, c, mv, arg);
-        }
+        int arg;
+        class_best(j, x_at(t), hist + (int64_t)(t - 1) * J, arg);
         return arg;
       } else {
         return (int)bp[(int64_t)t * J + j];
@@ -399,14 +404,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 #pragma unroll
         for (int i = 0; i < G; ++i) {
           const int j = tid + i * NT;
-          float mv = 0.f;
-          int arg = 0;
-#pragma unroll
-          for (int c = 0; c < C; ++c) {
-            const uint32_t s = j + c * J;
-            const float v = __fadd_rn(sq_err(code(s), xv), cur[s >> K]);
-            if (c == 0 || v < mv) { mv = v; arg = c; }
-          }
+          int arg;
+          const float mv = class_best(j, xv, cur, arg);
           if constexpr (DOUBLE) nxt[j] = mv;
           else m[i] = mv;
           if constexpr (KEEP) bp[(int64_t)t * J + j] = (uint8_t)arg;
