@@ -21,8 +21,8 @@ def main() -> None:
     ks = [int(a) for a in sys.argv[1:] if a.isdigit()] or [2, 3, 4]
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(2048, 256, device="cuda", generator=g)
+    table = viterbi.code_tensor("mul1", 16, "cuda")
     for k in ks:
-        table = viterbi.code_tensor("mul1", 16, "cuda")
         assert viterbi_cuda.available(x, 16, k)
         viterbi_cuda.viterbi_tailbiting(x, table, 16, k, "mul1")
         torch.cuda.synchronize()

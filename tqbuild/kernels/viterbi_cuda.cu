@@ -28,6 +28,7 @@
 // states are checked against the torch path without a GPU.
 
 #include <cstdint>
+#include <type_traits>
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #endif
@@ -36,11 +37,6 @@
 
 template <int MODE>
 struct Codes;
-
-template <bool B>
-struct Flag {
-  static constexpr bool value = B;
-};
 
 // MODE 0: the float32 code table (2^L entries) in global memory, read through
 // the read-only cache (at L = 12 the compiler keeps each thread's codes in
@@ -178,13 +174,19 @@ __host__ __device__ constexpr int64_t scratch_bytes(int L, int K, int T) {
   return (int64_t)T * (1 << (L - K)) * (keeps_history(L, K) ? 4 : 1);
 }
 
+// shared memory besides the cached codes: best costs, x and states of xst steps, the
+// reduction's (cost, state) pairs
+__host__ __device__ constexpr int smem_fixed(int L, int K, int NT, int xst) {
+  return 4 * (double_buffered(L, K) ? 2 : 1) * (1 << (L - K)) + 8 * xst + 8 * (NT / 32);
+}
+
 // grouped layout: how many of a thread's other groups keep their C·C codes in shared
 // memory (read as float4, conflict-free) instead of computing them every step —
 // as many as fit beside the best costs, x and the states of a T ≤ MAX_T block
 __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
   if (!grouped(L, K)) return 0;
   const int C = 1 << K, J = 1 << (L - K), G = J / C / NT - reg_code_groups(L, K);
-  const int base = 4 * (double_buffered(L, K) ? 2 * J : J) + 8 * MAX_T + 8 * (NT / 32);
+  const int base = smem_fixed(L, K, NT, MAX_T);
   const int per = 4 * C * C * NT;
   int g = 0;
   while (g < G && base + (g + 1) * per <= SMEM_BYTES) ++g;
@@ -201,19 +203,16 @@ __host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
   const int C = 1 << K, J = 1 << (L - K);
   const int g = smem_code_groups(L, K, NT);
   if (J / C / NT - reg_code_groups(L, K) == g) return 0;  // none left to compute
-  const int used = 4 * (double_buffered(L, K) ? 2 * J : J) + 8 * MAX_T + 8 * (NT / 32) +
-                   g * 4 * C * C * NT;
+  const int used = smem_fixed(L, K, NT, MAX_T) + g * 4 * C * C * NT;
   const int rows = (SMEM_BYTES - used) / (4 * C * NT);
   return rows < C ? rows : C - 1;
 }
 
-// shared memory the kernel asks for: best costs, x and states, the reduction's pairs,
-// the cached codes (x and states reserved for MAX_T where codes are cached)
+// shared memory the kernel asks for: the above and the cached codes (x and states
+// reserved for MAX_T steps where codes are cached)
 __host__ __device__ constexpr int64_t smem_bytes(int L, int K, int NT, int T) {
   const int cached = smem_code_groups(L, K, NT) * (1 << K) + smem_code_rows(L, K, NT);
-  const int xst = cached > 0 ? MAX_T : T;
-  return 4 * (double_buffered(L, K) ? 2 * (1 << (L - K)) : 1 << (L - K)) + 8 * xst +
-         8 * (NT / 32) + (int64_t)cached * 4 * (1 << K) * NT;
+  return smem_fixed(L, K, NT, cached > 0 ? MAX_T : T) + (int64_t)cached * 4 * (1 << K) * NT;
 }
 
 // backtrack rounds: the most steps D whose (C^D − 1)/(C − 1) path candidates (C^e at
@@ -420,8 +419,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         __syncthreads();
       }
     };
-    for (int t = 1; t < keep_from; ++t) step(t, Flag<false>{});
-    for (int t = keep_from > 1 ? keep_from : 1; t < T; ++t) step(t, Flag<true>{});
+    for (int t = 1; t < keep_from; ++t) step(t, std::false_type{});
+    for (int t = keep_from > 1 ? keep_from : 1; t < T; ++t) step(t, std::true_type{});
     float* bestf = cur;
     // final costs at t = T−1; the smallest (cost, state), pinned states only
     {
