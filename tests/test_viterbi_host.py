@@ -16,13 +16,17 @@ from tqbuild.kernels.viterbi_cuda import MODES
 
 
 @pytest.fixture(scope="module", params=[(), ("TQ_VIT_REG=0", "TQ_VIT_HIST=0"), ("TQ_VIT_ROWS=0",),
-                                        ("TQ_VIT_HIST=1",), ("TQ_VIT_REG=1", "TQ_VIT_HIST=1")],
-                ids=["default", "neither", "rows0", "hist1", "reg1-hist1"])
+                                        ("TQ_VIT_HIST=1",), ("TQ_VIT_REG=1", "TQ_VIT_HIST=1"),
+                                        ("TQ_VIT_XG=1",), ("TQ_VIT_XG=1", "TQ_VIT_SPLIT=1"),
+                                        ("TQ_VIT_SPLIT=1", "TQ_VIT_HIST=1")],
+                ids=["default", "neither", "rows0", "hist1", "reg1-hist1", "xg1", "xg1-split1",
+                     "split1-hist1"])
 def harness(request, tmp_path_factory) -> Path:
     """The kernel as built (codes of a group a thread in registers at k = 2, 3, the
     first rows of the first computed group in shared memory, backpointers); with no
     register codes; with no cached rows; with each step's class minima kept instead of
-    backpointers; with both."""
+    backpointers; with both; x read from global memory (states in a free cost buffer);
+    that and two threads a group at k = 4; two threads a group with the minima kept."""
     return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"),
                               request.param)
 
@@ -54,7 +58,7 @@ def test_kernel_states_equal_torch(harness, tmp_path, L, k, code, T):
                        torch_states(x, L, k, code))
 
 
-@pytest.mark.parametrize("L,k", [(16, 2), (16, 3)])
+@pytest.mark.parametrize("L,k", [(16, 2), (16, 3), (16, 4)])
 def test_tie_heavy_inputs(harness, tmp_path, L, k):
     """All-zero rows (every path's first cost ties) and x on code values."""
     table = viterbi.code_tensor("mul1", L, "cpu")

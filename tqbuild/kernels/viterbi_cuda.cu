@@ -151,10 +151,29 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 __host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K <= 3 : TQ_VIT_REG > 0; }
 __host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST > 0; }
 
+// TQ_VIT_XG: the grouped layout reads x from global memory (one step ahead) and keeps the
+// states in the best-cost buffer the backtrack leaves free — no shared memory a step.
+// TQ_VIT_SPLIT: at k = 4, two threads share a group, each its C/2 rows bb ≡ h (mod 2):
+// 512 threads a block (16 warps an SM, not 8).
+#ifndef TQ_VIT_XG
+#define TQ_VIT_XG 0
+#endif
+#ifndef TQ_VIT_SPLIT
+#define TQ_VIT_SPLIT 0
+#endif
+
 // threads a block (one block a sequence): every state's work in one block
 __host__ __device__ constexpr int block_threads(int L, int K) {
-  return L == 12 ? 256 : K == 1 || (K == 2 && !regs_on(2)) ? 1024 : K <= 3 ? 512 : 256;
+  return L == 12 ? 256 : K == 1 || (K == 2 && !regs_on(2)) ? 1024 : K <= 3 || TQ_VIT_SPLIT ? 512 : 256;
 }
+
+// grouped layout: threads sharing a group (each its C/S rows bb ≡ h mod S)
+__host__ __device__ constexpr int split_rows(int L, int K) {
+  return grouped(L, K) && K == 4 && TQ_VIT_SPLIT ? 2 : 1;
+}
+
+// grouped layout: x read from global memory, the states in a free best-cost buffer
+__host__ __device__ constexpr bool x_global(int L, int K) { return grouped(L, K) && TQ_VIT_XG; }
 
 // grouped layout: how many of a thread's groups keep their codes in registers
 __host__ __device__ constexpr int reg_code_groups(int L, int K) {
@@ -174,10 +193,11 @@ __host__ __device__ constexpr int64_t scratch_bytes(int L, int K, int T) {
   return (int64_t)T * (1 << (L - K)) * (keeps_history(L, K) ? 4 : 1);
 }
 
-// shared memory besides the cached codes: best costs, x and states of xst steps, the
-// reduction's (cost, state) pairs
+// shared memory besides the cached codes: best costs, x and states of xst steps (none
+// where x_global), the reduction's (cost, state) pairs
 __host__ __device__ constexpr int smem_fixed(int L, int K, int NT, int xst) {
-  return 4 * (double_buffered(L, K) ? 2 : 1) * (1 << (L - K)) + 8 * xst + 8 * (NT / 32);
+  return 4 * (double_buffered(L, K) ? 2 : 1) * (1 << (L - K)) + (x_global(L, K) ? 0 : 8 * xst) +
+         8 * (NT / 32);
 }
 
 // grouped layout: how many of a thread's other groups keep their C·C codes in shared
@@ -185,9 +205,10 @@ __host__ __device__ constexpr int smem_fixed(int L, int K, int NT, int xst) {
 // as many as fit beside the best costs, x and the states of a T ≤ MAX_T block
 __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
   if (!grouped(L, K)) return 0;
-  const int C = 1 << K, J = 1 << (L - K), G = J / C / NT - reg_code_groups(L, K);
+  const int C = 1 << K, J = 1 << (L - K), S = split_rows(L, K);
+  const int G = J / C * S / NT - reg_code_groups(L, K);
   const int base = smem_fixed(L, K, NT, MAX_T);
-  const int per = 4 * C * C * NT;
+  const int per = 4 * C * (C / S) * NT;  // a thread's C/S rows of a group
   int g = 0;
   while (g < G && base + (g + 1) * per <= SMEM_BYTES) ++g;
   return g;
@@ -200,18 +221,19 @@ __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
 #endif
 __host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
   if (!grouped(L, K) || !TQ_VIT_ROWS) return 0;
-  const int C = 1 << K, J = 1 << (L - K);
+  const int C = 1 << K, J = 1 << (L - K), S = split_rows(L, K), RW = C / S;
   const int g = smem_code_groups(L, K, NT);
-  if (J / C / NT - reg_code_groups(L, K) == g) return 0;  // none left to compute
-  const int used = smem_fixed(L, K, NT, MAX_T) + g * 4 * C * C * NT;
+  if (J / C * S / NT - reg_code_groups(L, K) == g) return 0;  // none left to compute
+  const int used = smem_fixed(L, K, NT, MAX_T) + g * 4 * C * RW * NT;
   const int rows = (SMEM_BYTES - used) / (4 * C * NT);
-  return rows < C ? rows : C - 1;
+  return rows < RW ? rows : RW - 1;
 }
 
 // shared memory the kernel asks for: the above and the cached codes (x and states
 // reserved for MAX_T steps where codes are cached)
 __host__ __device__ constexpr int64_t smem_bytes(int L, int K, int NT, int T) {
-  const int cached = smem_code_groups(L, K, NT) * (1 << K) + smem_code_rows(L, K, NT);
+  const int cached = smem_code_groups(L, K, NT) * ((1 << K) / split_rows(L, K)) +
+                     smem_code_rows(L, K, NT);
   return smem_fixed(L, K, NT, cached > 0 ? MAX_T : T) + (int64_t)cached * 4 * (1 << K) * NT;
 }
 
@@ -234,44 +256,59 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   constexpr bool DOUBLE = double_buffered(L, K);
   constexpr int NG = J / C;  // groups of C classes
   constexpr bool GROUPED = grouped(L, K);
-  static_assert(!GROUPED || (DOUBLE && NG % NT == 0), "grouped layout");
+  // S threads share a group (S > 1: thread h of them owns its RW rows bb = h + S·r)
+  constexpr int S = split_rows(L, K), RW = C / S, NTS = NT / S;
+  static_assert(!GROUPED || (DOUBLE && NG % NTS == 0), "grouped layout");
+  constexpr bool XG = x_global(L, K);
   extern __shared__ float smem[];
   float* best = smem;                        // [J] (x2 when DOUBLE)
-  float* xs = best + (DOUBLE ? 2 * J : J);   // [T]
-  int* st = reinterpret_cast<int*>(xs + T);  // [T] states
-  float* red_v = reinterpret_cast<float*>(st + T);  // [NT/32]
+  float* xs = best + (DOUBLE ? 2 * J : J);   // [T] (not where XG)
+  int* st = reinterpret_cast<int*>(xs + (XG ? 0 : T));  // [T] states (XG: set a pass)
+  float* red_v = reinterpret_cast<float*>(st + (XG ? 0 : T));  // [NT/32]
   int* red_s = reinterpret_cast<int*>(red_v + NT / 32);  // [NT/32]
   // a thread's groups gi: GREG with codes in registers, then GSM in shared memory (float4
-  // q of group gi at [((gi − GREG)·C·C/4 + q)·NT + tid]), then the rest computed
+  // q of group gi at [((gi − GREG)·C·RW/4 + q)·NT + tid]), then the rest computed
   constexpr int GREG = reg_code_groups(L, K);
   constexpr int GSM = smem_code_groups(L, K, NT);
   constexpr int ROWS = smem_code_rows(L, K, NT);  // and ROWS rows of group GREG + GSM
   constexpr int D = lookahead_steps(K, NT);
   constexpr int NB = ((1 << (K * D)) - 1) / (C - 1);  // threads a backtrack round
   static_assert(NB <= NT && NB <= J, "backtrack round");
-  float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + 2 * MAX_T + NT / 16);
+  float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + (XG ? 0 : 2 * MAX_T) +
+                                          NT / 16);
 
   const int tid = threadIdx.x;
+  const int h = S == 1 ? 0 : tid / NTS, lt = S == 1 ? tid : tid % NTS;  // h: a group's row set
   const int64_t b = blockIdx.x;
   const float* xrow = x + b * T;
   constexpr bool HIST = keeps_history(L, K);
   uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
   float* hist = reinterpret_cast<float*>(bp);  // HIST: [T][J] minima of steps 0 … T − 1
-  for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
+  if constexpr (!XG)
+    for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
+  // where class j's best cost (and backpointer) is stored: a group's rows h + S·r at
+  // j0·C + h·RW + r, so a thread's RW rows are consecutive
+  auto pos = [](int j) {
+    if constexpr (S == 1) return j;
+    else return (j & ~(C - 1)) + (j % S) * RW + (j & (C - 1)) / S;
+  };
   Codes<MODE> code;
   if constexpr (MODE == 0) code.table = table;
-  float creg[GREG > 0 ? GREG : 1][C * C];  // [gi][bb·C + c]: state (j0·C + bb) + c·J
+  // the first state (class j0·C + h + S·r) of this thread's row r of group j0; the row's
+  // C states are it + c·J
+  auto row_state = [&](int j0, int r) { return (uint32_t)(j0 * C + h + S * r); };
+  float creg[GREG > 0 ? GREG : 1][C * RW];  // [gi][r·C + c]
 #pragma unroll
   for (int gi = 0; gi < GREG; ++gi)
 #pragma unroll
-    for (int i = 0; i < C * C; ++i)
-      creg[gi][i] = code((tid + gi * NT) * C + i / C + (i % C) * J);
+    for (int i = 0; i < C * RW; ++i)
+      creg[gi][i] = code(row_state(lt + gi * NTS, i / C) + (i % C) * J);
 #pragma unroll 1
   for (int gi = 0; gi < GSM + (ROWS > 0); ++gi)
 #pragma unroll 1
-    for (int q = 0; q < (gi < GSM ? C * C / 4 : ROWS * C / 4); ++q) {
-      const uint32_t j = (tid + (GREG + gi) * NT) * C + q * 4 / C, c0 = (q * 4) % C;
-      csm[(gi * (C * C / 4) + q) * NT + tid] =
+    for (int q = 0; q < (gi < GSM ? C * RW / 4 : ROWS * C / 4); ++q) {
+      const uint32_t j = row_state(lt + (GREG + gi) * NTS, q * 4 / C), c0 = (q * 4) % C;
+      csm[(gi * (C * RW / 4) + q) * NT + tid] =
           make_float4(code(j + c0 * J), code(j + (c0 + 1) * J), code(j + (c0 + 2) * J),
                       code(j + (c0 + 3) * J));
     }
@@ -285,7 +322,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const uint32_t s = j + c * J;
-      const float v = __fadd_rn(sq_err(code(s), xv), prev[s >> K]);
+      const float v = __fadd_rn(sq_err(code(s), xv), prev[pos(s >> K)]);
       if (c == 0 || v < mv) { mv = v; arg = c; }
     }
     return mv;
@@ -302,7 +339,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     auto x_at = [&](int t) {
       int i = t - 1 - shift;
       i += i < 0 ? T : 0;
-      return xs[i];
+      if constexpr (XG) return __ldg(xrow + i);
+      else return xs[i];
     };
     // the argmin c of step t for class j: its best predecessor is j + c·J
     auto arg_at = [&](int t, int j) {
@@ -311,35 +349,35 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         class_best(j, x_at(t), hist + (int64_t)(t - 1) * J, arg);
         return arg;
       } else {
-        return (int)bp[(int64_t)t * J + j];
+        return (int)bp[(int64_t)t * J + pos(j)];
       }
     };
     // best_0: 0 (cost0 = d + 0 exactly) or +inf outside the pinned class
     for (int j = tid; j < J; j += NT) {
-      cur[j] = (overlap < 0 || j == overlap) ? 0.f : INF;
-      if constexpr (HIST) if (keep_from == 0) hist[j] = cur[j];
+      cur[pos(j)] = (overlap < 0 || j == overlap) ? 0.f : INF;
+      if constexpr (HIST) if (keep_from == 0) hist[pos(j)] = cur[pos(j)];
     }
     __syncthreads();
     float m[DOUBLE ? 1 : G];  // a step's new costs staged in registers (single buffer)
     (void)m;
     // one step; KEEP: its argmins (or minima) go to the scratch
-    auto step = [&](int t, auto keep) {
+    auto step = [&](int t, const float xv, auto keep) {
       constexpr bool KEEP = decltype(keep)::value;
-      const float xv = x_at(t);
       if constexpr (GROUPED) {
-        // thread owns groups j0 of C classes j = j0·C + b; all C·C of their states
-        // s = j + c·J share the C predecessor costs cur[j0 + c·J/C]; codes_of(bb, cv)
-        // gives the C codes of class bb's states
+        // thread owns groups j0 of C classes j = j0·C + bb (its rows bb = h + S·r); all
+        // C·C states s = j + c·J of a group share the C predecessor costs of classes
+        // j0 + c·J/C; codes_of(r, cv) gives the C codes of row r's states
         auto group = [&](const int j0, auto&& codes_of) {
           float pb[C];
+          const int p0 = pos(j0);  // pos(j0 + c·NG) = p0 + c·NG (NG is a multiple of C)
 #pragma unroll
-          for (int c = 0; c < C; ++c) pb[c] = cur[j0 + c * NG];
-          uint32_t packed[(C + 3) / 4];
-          float mvs[C];
+          for (int c = 0; c < C; ++c) pb[c] = cur[p0 + c * NG];
+          uint32_t packed[(RW + 3) / 4];
+          float mvs[RW];
 #pragma unroll
-          for (int w = 0; w < (C + 3) / 4; ++w) packed[w] = 0;
+          for (int w = 0; w < (RW + 3) / 4; ++w) packed[w] = 0;
 #pragma unroll
-          for (int bb = 0; bb < C; ++bb) {
+          for (int bb = 0; bb < RW; ++bb) {
             float cv[C];
             codes_of(bb, cv);
             float v[C];
@@ -357,48 +395,48 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             }
           }
 #pragma unroll
-          for (int q = 0; q < C; q += 4) {  // C consecutive costs: 16-byte stores
+          for (int q = 0; q < RW; q += 4) {  // RW consecutive costs: 16-byte stores
             const float4 f = make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
-            *reinterpret_cast<float4*>(nxt + j0 * C + q) = f;
-            if constexpr (HIST && KEEP) store16(hist + (int64_t)t * J + j0 * C + q, f);
+            *reinterpret_cast<float4*>(nxt + j0 * C + h * RW + q) = f;
+            if constexpr (HIST && KEEP) store16(hist + (int64_t)t * J + j0 * C + h * RW + q, f);
           }
           if constexpr (HIST || !KEEP) return;
-          uint8_t* dst = bp + (int64_t)t * J + j0 * C;
-          static_assert(C == 4 || C == 8 || C == 16, "grouped layout: k = 2, 3, 4");
-          if constexpr (C == 4) *reinterpret_cast<uint32_t*>(dst) = packed[0];
-          else if constexpr (C == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+          uint8_t* dst = bp + (int64_t)t * J + j0 * C + h * RW;
+          static_assert(RW == 4 || RW == 8 || RW == 16, "grouped layout: k = 2, 3, 4");
+          if constexpr (RW == 4) *reinterpret_cast<uint32_t*>(dst) = packed[0];
+          else if constexpr (RW == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
           else *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
         };
 #pragma unroll
         for (int gi = 0; gi < GREG; ++gi)
-          group(tid + gi * NT, [&](int bb, float* cv) {
+          group(lt + gi * NTS, [&](int r, float* cv) {
 #pragma unroll
-            for (int c = 0; c < C; ++c) cv[c] = creg[gi][bb * C + c];
+            for (int c = 0; c < C; ++c) cv[c] = creg[gi][r * C + c];
           });
-        // the C codes of row bb of group gi, kept in shared memory
-        auto smem_row = [&](int gi, int bb, float* cv) {
+        // the C codes of row r of group gi, kept in shared memory
+        auto smem_row = [&](int gi, int r, float* cv) {
 #pragma unroll
           for (int q = 0; q < C / 4; ++q) {
-            const float4 f = csm[((gi - GREG) * (C * C / 4) + bb * (C / 4) + q) * NT + tid];
+            const float4 f = csm[((gi - GREG) * (C * RW / 4) + r * (C / 4) + q) * NT + tid];
             cv[4 * q] = f.x; cv[4 * q + 1] = f.y; cv[4 * q + 2] = f.z; cv[4 * q + 3] = f.w;
           }
         };
-        auto computed_row = [&](int j0, int bb, float* cv) {
+        auto computed_row = [&](int j0, int r, float* cv) {
 #pragma unroll
-          for (int c = 0; c < C; ++c) cv[c] = code(j0 * C + bb + c * J);
+          for (int c = 0; c < C; ++c) cv[c] = code(row_state(j0, r) + c * J);
         };
 #pragma unroll 1
         for (int gi = GREG; gi < GREG + GSM; ++gi)
-          group(tid + gi * NT, [&](int bb, float* cv) { smem_row(gi, bb, cv); });
+          group(lt + gi * NTS, [&](int r, float* cv) { smem_row(gi, r, cv); });
         constexpr int G0 = GREG + GSM;  // the first group computed, its first ROWS rows cached
         if constexpr (ROWS > 0)
-          group(tid + G0 * NT, [&](int bb, float* cv) {
-            if (bb < ROWS) smem_row(G0, bb, cv);
-            else computed_row(tid + G0 * NT, bb, cv);
+          group(lt + G0 * NTS, [&](int r, float* cv) {
+            if (r < ROWS) smem_row(G0, r, cv);
+            else computed_row(lt + G0 * NTS, r, cv);
           });
 #pragma unroll 1
-        for (int gi = G0 + (ROWS > 0); gi < NG / NT; ++gi)
-          group(tid + gi * NT, [&](int bb, float* cv) { computed_row(tid + gi * NT, bb, cv); });
+        for (int gi = G0 + (ROWS > 0); gi < NG / NTS; ++gi)
+          group(lt + gi * NTS, [&](int r, float* cv) { computed_row(lt + gi * NTS, r, cv); });
       } else {
 #pragma unroll
         for (int i = 0; i < G; ++i) {
@@ -419,9 +457,25 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         __syncthreads();
       }
     };
-    for (int t = 1; t < keep_from; ++t) step(t, std::false_type{});
-    for (int t = keep_from > 1 ? keep_from : 1; t < T; ++t) step(t, std::true_type{});
+    // steps t0 … t1 − 1 (XG: x of the next step loaded during this one)
+    auto steps = [&](int t0, int t1, auto keep) {
+      if constexpr (XG) {
+        float xn = x_at(t0);
+        for (int t = t0; t < t1; ++t) {
+          const float xv = xn;
+          xn = x_at(t + 1);
+          step(t, xv, keep);
+        }
+      } else {
+        for (int t = t0; t < t1; ++t) step(t, x_at(t), keep);
+      }
+    };
+    steps(1, keep_from, std::false_type{});
+    steps(keep_from > 1 ? keep_from : 1, T, std::true_type{});
     float* bestf = cur;
+    // XG: the states go to the other buffer (T ≤ J), the backtrack's round to bestf
+    if constexpr (XG) st = reinterpret_cast<int*>(bestf == best ? best + J : best);
+    int* amin = reinterpret_cast<int*>(XG ? bestf : best);  // [NB]; the costs are not needed then
     // final costs at t = T−1; the smallest (cost, state), pinned states only
     {
       const float xv = x_at(T);
@@ -429,7 +483,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       int bs = 0x7fffffff;
       for (int s = tid; s < (1 << L); s += NT) {
         if (overlap >= 0 && (s & (J - 1)) != overlap) continue;
-        const float v = __fadd_rn(sq_err(code((uint32_t)s), xv), bestf[s >> K]);
+        const float v = __fadd_rn(sq_err(code((uint32_t)s), xv), bestf[pos(s >> K)]);
         if (v < bv || (v == bv && s < bs)) { bv = v; bs = s; }
       }
 #pragma unroll
@@ -451,7 +505,6 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       // before it, base C), and forms the argmin at step t0 − e of the class that path
       // reaches — all a round's scratch reads in flight at once; thread 0 then follows
       // the chosen path
-      int* amin = reinterpret_cast<int*>(best);  // [NB]; the costs are not needed now
       const int stop = pass == 0 ? T / 2 : 0;
       for (int t0 = T - 1; t0 > stop; t0 -= D) {
         const int d = t0 - stop < D ? t0 - stop : D;
@@ -489,7 +542,9 @@ template <int L, int K, int NT, int MODE>
 static int launch_one(const float* x, const float* table, int B, int T, uint8_t* bp,
                       int64_t* states, cudaStream_t stream) {
   static_assert(smem_bytes(L, K, NT, MAX_T) <= SMEM_BYTES, "shared-memory plan");
-  if (smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T) return -2;
+  if (x_global(L, K) ? T > (1 << (L - K))  // the states share a best-cost buffer
+                      : smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T)
+    return -2;
   const size_t smem = (size_t)smem_bytes(L, K, NT, T);
   auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
