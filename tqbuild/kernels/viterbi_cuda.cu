@@ -102,6 +102,16 @@ __device__ __forceinline__ void store16(float* p, float4 f) {
 #endif
 }
 
+// one 16-byte shared-memory store (at a lane-dependent chunk, nvcc split it into four)
+__device__ __forceinline__ void sts16(float* p, float4 f) {
+#ifdef __CUDACC__
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"((uint32_t)__cvta_generic_to_shared(p)),
+               "f"(f.x), "f"(f.y), "f"(f.z), "f"(f.w) : "memory");
+#else
+  *reinterpret_cast<float4*>(p) = f;
+#endif
+}
+
 // the smallest of n costs (>= 0 or +inf: ordered as unsigned integers), two more a
 // DPX three-way min on Hopper
 template <int N>
@@ -161,6 +171,11 @@ __host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST > 0; }
 #ifndef TQ_VIT_SPLIT
 #define TQ_VIT_SPLIT 0
 #endif
+// TQ_VIT_SWZ: the best costs' 16-byte shared-memory stores in a rotated order (k = 3, 4:
+// a group's NCH > 1 stores a thread, otherwise 2- to 4-way bank conflicts)
+#ifndef TQ_VIT_SWZ
+#define TQ_VIT_SWZ 0
+#endif
 
 // threads a block (one block a sequence): every state's work in one block
 __host__ __device__ constexpr int block_threads(int L, int K) {
@@ -216,8 +231,8 @@ __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
 
 // grouped layout: of the first group left to compute, how many rows bb (the C codes of
 // one class) are kept in shared memory too, in what space the whole groups leave
-#ifndef TQ_VIT_ROWS  // 0: no cached rows (k = 2 23.2 -> 21.7, k = 4 22.1 -> 16.8 M weights/s)
-#define TQ_VIT_ROWS 1
+#ifndef TQ_VIT_ROWS  // the most rows cached; 0: none (k = 2 23.2 -> 21.7, k = 4 22.1 -> 16.8 M weights/s)
+#define TQ_VIT_ROWS 64
 #endif
 __host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
   if (!grouped(L, K) || !TQ_VIT_ROWS) return 0;
@@ -226,7 +241,8 @@ __host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
   if (J / C * S / NT - reg_code_groups(L, K) == g) return 0;  // none left to compute
   const int used = smem_fixed(L, K, NT, MAX_T) + g * 4 * C * RW * NT;
   const int rows = (SMEM_BYTES - used) / (4 * C * NT);
-  return rows < RW ? rows : RW - 1;
+  const int cap = RW - 1 < TQ_VIT_ROWS ? RW - 1 : TQ_VIT_ROWS;
+  return rows < cap ? rows : cap;
 }
 
 // shared memory the kernel asks for: the above and the cached codes (x and states
@@ -260,6 +276,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   constexpr int S = split_rows(L, K), RW = C / S, NTS = NT / S;
   static_assert(!GROUPED || (DOUBLE && NG % NTS == 0), "grouped layout");
   constexpr bool XG = x_global(L, K);
+  constexpr bool SWZ = TQ_VIT_SWZ && GROUPED;
   extern __shared__ float smem[];
   float* best = smem;                        // [J] (x2 when DOUBLE)
   float* xs = best + (DOUBLE ? 2 * J : J);   // [T] (not where XG)
@@ -278,7 +295,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
                                           NT / 16);
 
   const int tid = threadIdx.x;
-  const int h = S == 1 ? 0 : tid / NTS, lt = S == 1 ? tid : tid % NTS;  // h: a group's row set
+  // h: which row set of its group (neighbour lanes share a group), lt: the thread's index
+  // among those of its row set
+  const int h = S == 1 ? 0 : tid % S, lt = S == 1 ? tid : tid / S;
   const int64_t b = blockIdx.x;
   const float* xrow = x + b * T;
   constexpr bool HIST = keeps_history(L, K);
@@ -394,11 +413,33 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
               packed[bb / 4] |= (uint32_t)arg << (8 * (bb % 4));
             }
           }
+          // RW consecutive costs: 16-byte stores, NCH of them (under TQ_VIT_SWZ the c-th
+          // store writes chunk (c + rot) mod NCH: the warp's 16-byte stores, NCH·16 bytes
+          // apart, then fall on 8 distinct bank quads of every 8 lanes — conflict-free)
+          constexpr int NCH = RW / 4;
+          float4 ch[NCH];
 #pragma unroll
-          for (int q = 0; q < RW; q += 4) {  // RW consecutive costs: 16-byte stores
-            const float4 f = make_float4(mvs[q], mvs[q + 1], mvs[q + 2], mvs[q + 3]);
-            *reinterpret_cast<float4*>(nxt + j0 * C + h * RW + q) = f;
-            if constexpr (HIST && KEEP) store16(hist + (int64_t)t * J + j0 * C + h * RW + q, f);
+          for (int q = 0; q < NCH; ++q) {
+            ch[q] = make_float4(mvs[4 * q], mvs[4 * q + 1], mvs[4 * q + 2], mvs[4 * q + 3]);
+            if constexpr (HIST && KEEP) store16(hist + (int64_t)t * J + j0 * C + h * RW + 4 * q, ch[q]);
+          }
+          if constexpr (SWZ && NCH > 1) {
+            const int rot = (tid / (8 / NCH)) % NCH;
+#pragma unroll
+            for (int bit = 1; bit < NCH; bit <<= 1)  // rotate the chunks by rot
+              if (rot & bit) {
+                float4 r[NCH];
+#pragma unroll
+                for (int q = 0; q < NCH; ++q) r[q] = ch[(q + bit) % NCH];
+#pragma unroll
+                for (int q = 0; q < NCH; ++q) ch[q] = r[q];
+              }
+#pragma unroll
+            for (int q = 0; q < NCH; ++q)
+              sts16(nxt + j0 * C + h * RW + 4 * ((q + rot) % NCH), ch[q]);
+          } else {
+#pragma unroll
+            for (int q = 0; q < NCH; ++q) *reinterpret_cast<float4*>(nxt + j0 * C + h * RW + 4 * q) = ch[q];
           }
           if constexpr (HIST || !KEEP) return;
           uint8_t* dst = bp + (int64_t)t * J + j0 * C + h * RW;
