@@ -3,7 +3,8 @@
 # Steps: sass (build + resource report + SASS of the kernel), tests (CUDA
 # Viterbi tests), quick (bench, k = 3 per-tensor only), bench (the full bench),
 # vreg (L = 16 compile-time variants: their CUDA tests, then L = 16 timed beside the default),
-# ncu (Nsight Compute sections of the L = 16 kernels, bench/device/ncu_viterbi.py).
+# ncu (Nsight Compute sections of the L = 16 kernels, bench/device/ncu_viterbi.py), stalls
+# (stall reasons, pipes and bank conflicts of the default and the SVARIANTS builds).
 set -o pipefail
 export PYTHONPATH=$PWD
 if ls .whl/*.whl > /dev/null 2>&1; then  # carried wheels, where the image lacks a package
@@ -47,6 +48,17 @@ for step in "$@"; do
            --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
            python3 bench/device/ncu_viterbi.py ${NCU_KS:-2 3 4} > "$OUT/ncu-viterbi.txt" 2>&1
          echo "ncu rc $?"; grep -E "k [0-9] done|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Mem Busy|Max Bandwidth|DRAM Throughput|Duration" "$OUT/ncu-viterbi.txt" | head -60 ;;
+    stalls) # stall reasons a issued instruction, pipe use and shared-memory bank conflicts of
+            # the L = 16 kernels (k = NCU_KS) for each ';'-separated define set in SVARIANTS
+            M=regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,gpu__time_duration.sum
+            IFS=';' read -ra vs <<< "${SVARIANTS:-}"
+            for v in "" "${vs[@]}"; do
+              echo "--- stalls with '$v'" >> "$OUT/ncu-stalls.txt"
+              TQBUILD_VITERBI_FLAGS="$v" timeout "${NCU_S:-120}" ncu --clock-control none \
+                -k regex:viterbi_tailbiting --metrics "$M" python3 bench/device/ncu_viterbi.py \
+                ${NCU_KS:-2 3 4} >> "$OUT/ncu-stalls.txt" 2>&1
+              echo "stalls '$v' rc $?"
+            done ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac
