@@ -125,6 +125,41 @@ __device__ __forceinline__ float min_of(const float* v) {
   return __uint_as_float(m);
 }
 
+// TQ_VIT_TREE: a class's min (and argmin) as a tournament — log2 C dependent steps, not
+// C − 1 — with the same operations; the left (lower c) side wins ties at every level,
+// so the result is the first minimum, as the linear scan's
+#ifndef TQ_VIT_TREE
+#define TQ_VIT_TREE 0
+#endif
+template <int N>
+__device__ __forceinline__ float min_arg_tree(const float* v, int& arg) {
+  float m[N];
+  int a[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) { m[i] = v[i]; a[i] = i; }
+#pragma unroll
+  for (int w = 1; w < N; w <<= 1)
+#pragma unroll
+    for (int i = 0; i + w < N; i += 2 * w) take_min(m[i + w], a[i + w], m[i], a[i]);
+  arg = a[0];
+  return m[0];
+}
+template <int N>
+__device__ __forceinline__ float min_tree(const float* v) {
+  if constexpr (N <= 3) {
+    return min_of<N>(v);
+  } else {
+    constexpr int H = (N + 2) / 3;  // triples, then the minimum of their minima
+    float m[H];
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float* t = v + 3 * i;
+      m[i] = 3 * i + 3 <= N ? min_of<3>(t) : 3 * i + 2 == N ? min_of<2>(t) : t[0];
+    }
+    return min_tree<H>(m);
+  }
+}
+
 __device__ __forceinline__ float Codes<1>::operator()(uint32_t s) const {
   return mad_code(s * 34038481u + 76625530u);
 }
@@ -402,8 +437,14 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             float v[C];
 #pragma unroll
             for (int c = 0; c < C; ++c) v[c] = __fadd_rn(sq_err(cv[c], xv), pb[c]);
-            if constexpr (HIST || !KEEP) {
+            if constexpr ((HIST || !KEEP) && TQ_VIT_TREE) {
+              mvs[bb] = min_tree<C>(v);
+            } else if constexpr (HIST || !KEEP) {
               mvs[bb] = min_of<C>(v);
+            } else if constexpr (TQ_VIT_TREE) {
+              int arg;
+              mvs[bb] = min_arg_tree<C>(v, arg);
+              packed[bb / 4] |= (uint32_t)arg << (8 * (bb % 4));
             } else {
               float mv = v[0];
               int arg = 0;
