@@ -128,8 +128,8 @@ __device__ __forceinline__ float min_of(const float* v) {
 // TQ_VIT_TREE: a class's min (and argmin) as a tournament — log2 C dependent steps, not
 // C − 1 — with the same operations; the left (lower c) side wins ties at every level,
 // so the result is the first minimum, as the linear scan's
-#ifndef TQ_VIT_TREE
-#define TQ_VIT_TREE 0
+#ifndef TQ_VIT_TREE  // 0 off
+#define TQ_VIT_TREE 1
 #endif
 template <int N>
 __device__ __forceinline__ float min_arg_tree(const float* v, int& arg) {
@@ -196,20 +196,16 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 __host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K <= 3 : TQ_VIT_REG > 0; }
 __host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST > 0; }
 
-// TQ_VIT_XG: the grouped layout reads x from global memory (one step ahead) and keeps the
-// states in the best-cost buffer the backtrack leaves free — no shared memory a step.
-// TQ_VIT_SPLIT: at k = 4, two threads share a group, each its C/2 rows bb ≡ h (mod 2):
-// 512 threads a block (16 warps an SM, not 8).
-#ifndef TQ_VIT_XG
-#define TQ_VIT_XG 0
-#endif
+// TQ_VIT_SPLIT: at k = 4, two neighbour threads share a group, each its C/2 rows bb ≡ h
+// (mod 2): 512 threads a block, 16 warps an SM instead of 8 (H100, L = 16 mul1: 21.9 ->
+// 24.1 M weights/s with TQ_VIT_SWZ; bench/results/viterbi_cuda-cuda-s11bv*.json). 0 off.
 #ifndef TQ_VIT_SPLIT
-#define TQ_VIT_SPLIT 0
+#define TQ_VIT_SPLIT 1
 #endif
 // TQ_VIT_SWZ: the best costs' 16-byte shared-memory stores in a rotated order (k = 3, 4:
-// a group's NCH > 1 stores a thread, otherwise 2- to 4-way bank conflicts)
+// a group's NCH > 1 stores a thread, otherwise 2- to 8-way bank conflicts). 0 off.
 #ifndef TQ_VIT_SWZ
-#define TQ_VIT_SWZ 0
+#define TQ_VIT_SWZ 1
 #endif
 
 // threads a block (one block a sequence): every state's work in one block
@@ -221,9 +217,6 @@ __host__ __device__ constexpr int block_threads(int L, int K) {
 __host__ __device__ constexpr int split_rows(int L, int K) {
   return grouped(L, K) && K == 4 && TQ_VIT_SPLIT ? 2 : 1;
 }
-
-// grouped layout: x read from global memory, the states in a free best-cost buffer
-__host__ __device__ constexpr bool x_global(int L, int K) { return grouped(L, K) && TQ_VIT_XG; }
 
 // grouped layout: how many of a thread's groups keep their codes in registers
 __host__ __device__ constexpr int reg_code_groups(int L, int K) {
@@ -243,11 +236,10 @@ __host__ __device__ constexpr int64_t scratch_bytes(int L, int K, int T) {
   return (int64_t)T * (1 << (L - K)) * (keeps_history(L, K) ? 4 : 1);
 }
 
-// shared memory besides the cached codes: best costs, x and states of xst steps (none
-// where x_global), the reduction's (cost, state) pairs
+// shared memory besides the cached codes: best costs, x and states of xst steps, the
+// reduction's (cost, state) pairs
 __host__ __device__ constexpr int smem_fixed(int L, int K, int NT, int xst) {
-  return 4 * (double_buffered(L, K) ? 2 : 1) * (1 << (L - K)) + (x_global(L, K) ? 0 : 8 * xst) +
-         8 * (NT / 32);
+  return 4 * (double_buffered(L, K) ? 2 : 1) * (1 << (L - K)) + 8 * xst + 8 * (NT / 32);
 }
 
 // grouped layout: how many of a thread's other groups keep their C·C codes in shared
@@ -310,13 +302,12 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   // S threads share a group (S > 1: thread h of them owns its RW rows bb = h + S·r)
   constexpr int S = split_rows(L, K), RW = C / S, NTS = NT / S;
   static_assert(!GROUPED || (DOUBLE && NG % NTS == 0), "grouped layout");
-  constexpr bool XG = x_global(L, K);
   constexpr bool SWZ = TQ_VIT_SWZ && GROUPED;
   extern __shared__ float smem[];
   float* best = smem;                        // [J] (x2 when DOUBLE)
-  float* xs = best + (DOUBLE ? 2 * J : J);   // [T] (not where XG)
-  int* st = reinterpret_cast<int*>(xs + (XG ? 0 : T));  // [T] states (XG: set a pass)
-  float* red_v = reinterpret_cast<float*>(st + (XG ? 0 : T));  // [NT/32]
+  float* xs = best + (DOUBLE ? 2 * J : J);   // [T]
+  int* st = reinterpret_cast<int*>(xs + T);  // [T] states
+  float* red_v = reinterpret_cast<float*>(st + T);  // [NT/32]
   int* red_s = reinterpret_cast<int*>(red_v + NT / 32);  // [NT/32]
   // a thread's groups gi: GREG with codes in registers, then GSM in shared memory (float4
   // q of group gi at [((gi − GREG)·C·RW/4 + q)·NT + tid]), then the rest computed
@@ -326,8 +317,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   constexpr int D = lookahead_steps(K, NT);
   constexpr int NB = ((1 << (K * D)) - 1) / (C - 1);  // threads a backtrack round
   static_assert(NB <= NT && NB <= J, "backtrack round");
-  float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + (XG ? 0 : 2 * MAX_T) +
-                                          NT / 16);
+  float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + 2 * MAX_T + NT / 16);
 
   const int tid = threadIdx.x;
   // h: which row set of its group (neighbour lanes share a group), lt: the thread's index
@@ -338,8 +328,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   constexpr bool HIST = keeps_history(L, K);
   uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
   float* hist = reinterpret_cast<float*>(bp);  // HIST: [T][J] minima of steps 0 … T − 1
-  if constexpr (!XG)
-    for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
+  for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
   // where class j's best cost (and backpointer) is stored: a group's rows h + S·r at
   // j0·C + h·RW + r, so a thread's RW rows are consecutive
   auto pos = [](int j) {
@@ -393,8 +382,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     auto x_at = [&](int t) {
       int i = t - 1 - shift;
       i += i < 0 ? T : 0;
-      if constexpr (XG) return __ldg(xrow + i);
-      else return xs[i];
+      return xs[i];
     };
     // the argmin c of step t for class j: its best predecessor is j + c·J
     auto arg_at = [&](int t, int j) {
@@ -539,25 +527,10 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         __syncthreads();
       }
     };
-    // steps t0 … t1 − 1 (XG: x of the next step loaded during this one)
-    auto steps = [&](int t0, int t1, auto keep) {
-      if constexpr (XG) {
-        float xn = x_at(t0);
-        for (int t = t0; t < t1; ++t) {
-          const float xv = xn;
-          xn = x_at(t + 1);
-          step(t, xv, keep);
-        }
-      } else {
-        for (int t = t0; t < t1; ++t) step(t, x_at(t), keep);
-      }
-    };
-    steps(1, keep_from, std::false_type{});
-    steps(keep_from > 1 ? keep_from : 1, T, std::true_type{});
+    for (int t = 1; t < keep_from; ++t) step(t, x_at(t), std::false_type{});
+    for (int t = keep_from > 1 ? keep_from : 1; t < T; ++t) step(t, x_at(t), std::true_type{});
     float* bestf = cur;
-    // XG: the states go to the other buffer (T ≤ J), the backtrack's round to bestf
-    if constexpr (XG) st = reinterpret_cast<int*>(bestf == best ? best + J : best);
-    int* amin = reinterpret_cast<int*>(XG ? bestf : best);  // [NB]; the costs are not needed then
+    int* amin = reinterpret_cast<int*>(best);  // [NB]; the costs are not needed then
     // final costs at t = T−1; the smallest (cost, state), pinned states only
     {
       const float xv = x_at(T);
@@ -624,9 +597,7 @@ template <int L, int K, int NT, int MODE>
 static int launch_one(const float* x, const float* table, int B, int T, uint8_t* bp,
                       int64_t* states, cudaStream_t stream) {
   static_assert(smem_bytes(L, K, NT, MAX_T) <= SMEM_BYTES, "shared-memory plan");
-  if (x_global(L, K) ? T > (1 << (L - K))  // the states share a best-cost buffer
-                      : smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T)
-    return -2;
+  if (smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T) return -2;
   const size_t smem = (size_t)smem_bytes(L, K, NT, T);
   auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
