@@ -16,7 +16,10 @@
 // their C predecessor costs; the codes of a thread's first groups are computed
 // once — some kept in registers (`reg_code_groups`), then as many as fit in shared
 // memory — and read back, the rest every step (computed codes cost ~5 instructions,
-// a shared-memory one a quarter LDS.128, a register one nothing).
+// a shared-memory one a quarter LDS.128, a register one nothing). At k = 4 two
+// neighbour threads share a group, each taking half its rows (`split_rows`); a class's
+// min and argmin are a tournament; the new costs' 16-byte stores go in a rotated order
+// so that a warp's stores hit distinct banks.
 // Backpointers (c, one byte per class and step) go to global memory — or, where
 // `keeps_history`, each step's class minima, from which the backtrack forms its argmin —
 // only for the steps a backtrack reads (the rolled pass's first half takes no argmin).
@@ -186,7 +189,8 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 // of backpointers (below). 1 on for every k, 0 off; by default (−1) what the H200
 // measured fastest (bench/results/viterbi_cuda-cuda-s10rv*.json, L = 16 mul1, 65536
 // sequences, rounds backtrack, cached rows): registers at k = 2, 3 and backpointers at
-// every k — k = 2 23.2 M weights/s (history 20.7), k = 3 25.8, k = 4 22.1 (21.5).
+// every k — k = 2 23.2 M weights/s (history 20.7), k = 3 25.8, k = 4 22.1 (21.5; before
+// TQ_VIT_SPLIT, TQ_VIT_SWZ and TQ_VIT_TREE, below).
 #ifndef TQ_VIT_REG
 #define TQ_VIT_REG -1
 #endif
