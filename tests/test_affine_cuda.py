@@ -19,6 +19,8 @@ BF16, F16 = torch.bfloat16, torch.float16
 def test_kernel_handles_only_its_shapes():
     assert affine_cuda.handles(1, 4096, BF16, BF16, 4, 64)
     assert affine_cuda.handles(8, 256, F16, F16, 2, 64)
+    assert affine_cuda.handles(1, 4096, BF16, BF16, 8, 64)  # an 8-bit lm_head
+    assert not affine_cuda.handles(1, 4096 + 32, BF16, BF16, 8, 32)  # not whole 64-input chunks
     assert not affine_cuda.handles(9, 4096, BF16, BF16, 4, 64)  # M > MAX_M
     assert not affine_cuda.handles(1, 4096, torch.float32, torch.float32, 4, 64)
     assert not affine_cuda.handles(1, 4096, BF16, F16, 4, 64)  # scales in another dtype
@@ -75,7 +77,9 @@ def _cuda_cases():
     for bits, gs, n_out, n_in, M, dt, splits in [
             (4, 64, 4096, 4096, 1, BF16, None), (4, 64, 1000, 4096, 3, BF16, None),
             (4, 32, 72, 1024, 8, F16, 3), (4, 128, 130, 2048, 2, BF16, 5),
-            (2, 64, 48, 2048, 4, BF16, None), (2, 128, 40, 512, 8, F16, 2)]:
+            (2, 64, 48, 2048, 4, BF16, None), (2, 128, 40, 512, 8, F16, 2),
+            (8, 64, 4096, 4096, 1, BF16, None), (8, 32, 96, 1024, 5, F16, 3),
+            (8, 128, 200, 2048, 8, BF16, 2)]:
         words, scales, biases = (t.cuda() for t in random_affine(rng, bits, gs, n_out, n_in, dt))
         x = torch.from_numpy(rng.standard_normal((M, n_in)).astype(np.float32)).to(dt).cuda()
         yield bits, gs, n_out, x, words, scales, biases, splits

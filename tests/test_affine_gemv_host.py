@@ -70,6 +70,9 @@ def case(N: int, K: int, M: int, bits: int, gs: int, dtype, seed: int):
     (4, 128, 0, 8, 24, 1024, 3),  # split inputs (float32 partial sums), uneven last split
     (2, 64, 0, 2, 16, 1024, 1),
     (2, 128, 1, 8, 20, 512, 2),
+    (8, 64, 0, 1, 40, 2048, 1),  # bf16: bit 7 of each field through the addend
+    (8, 32, 1, 4, 16, 512, 2),
+    (8, 128, 0, 8, 24, 1024, 3),
 ])
 def test_kernel_matches_the_unpacked_values(harness, tmp_path, bits, gs, dt, M, N, K, splits):
     dtype = DTYPES[dt]
@@ -83,7 +86,7 @@ def test_kernel_matches_the_unpacked_values(harness, tmp_path, bits, gs, dt, M, 
     assert err <= (ulp if splits == 1 else 1e-5), err
 
 
-@pytest.mark.parametrize("bits,dt", [(4, 0), (4, 1), (2, 0)])
+@pytest.mark.parametrize("bits,dt", [(4, 0), (4, 1), (2, 0), (8, 0), (8, 1)])
 def test_one_hot_rows_read_back_each_value_exactly(harness, tmp_path, bits, dt):
     """x rows e_k pick column k of the values: every (row, k) lands where the MLX layout
     puts it — fields of a word, words of a chunk, chunks of a split, groups."""

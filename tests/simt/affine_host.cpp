@@ -11,7 +11,7 @@
 template <int BITS, int DT>
 static void run(const uint16_t* x, const uint32_t* w, const uint16_t* s, const uint16_t* b,
                 void* out, int M, int N, int K, int gs, int splits) {
-  const AffLaunch a = aff_launch(BITS, N, K, gs, splits);
+  const AffLaunch a = aff_launch(BITS, DT, N, K, gs, splits);
   simt::launch(a.tiles, a.splits, 32 * AFF_WARPS, [&] {
     affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>(x, w, s, b, out, M, N, K, a.gs_log2,
                                                a.per_split, a.f32_out, a.mask2);
@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   else if (bits == 4 && dt == 1) run<4, 1>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
   else if (bits == 2 && dt == 0) run<2, 0>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
   else if (bits == 2 && dt == 1) run<2, 1>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
+  else if (bits == 8 && dt == 0) run<8, 0>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
+  else if (bits == 8 && dt == 1) run<8, 1>(x.data(), w.data(), s.data(), b.data(), o, M, N, K, gs, splits);
   else return 3;
   FILE* g = fopen(argv[2], "wb");
   if (!g || fwrite(out.data(), 1, out.size(), g) != out.size()) return 2;

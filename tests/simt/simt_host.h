@@ -151,6 +151,11 @@ inline uint4 ld128(const void* p) {
   std::memcpy(&v, p, 16);
   return v;
 }
+inline uint2 ld64(const void* p) {
+  uint2 v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 inline uint32_t ld16(const uint16_t* p) { return *p; }
 
 // PTX prmt (default mode): byte i of the result is byte sel[4i+2:4i] of {b, a}, or its

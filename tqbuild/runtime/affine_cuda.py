@@ -1,5 +1,5 @@
 """CUDA decode matmul of MLX affine weights on the tensor cores
-(`runtime/affine_gemv.cu`): M ≤ MAX_M rows of bf16/fp16 x, 2- or 4-bit words,
+(`runtime/affine_gemv.cu`): M ≤ MAX_M rows of bf16/fp16 x, 2-, 4- or 8-bit words,
 power-of-two groups, scales and biases in x's dtype. Built with nvcc on first use
 (cached) and called through ctypes on torch's current stream (CUDA-graph
 capturable); where nvcc or the build is missing it warns once and the Triton kernel
@@ -28,7 +28,7 @@ from . import gpu_info
 
 SOURCE = Path(__file__).with_name("affine_gemv.cu")
 MAX_M = 8
-BITS = (2, 4)
+BITS = (2, 4, 8)
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 WARPS = 8  # AFF_WARPS: warps a block, each taking whole chunks of the inputs
 
@@ -47,7 +47,7 @@ def chunk(bits: int) -> int:
 def handles(M: int, K: int, dtype: torch.dtype, param_dtype: torch.dtype, bits: int,
             group_size: int) -> bool:
     """The kernel's shapes: M ≤ MAX_M rows of bf16/fp16 x, scales and biases in its
-    dtype, 2 or 4 bits, K whole chunks, a power-of-two group of whole 4-word runs."""
+    dtype, 2, 4 or 8 bits, K whole chunks, a power-of-two group of whole 4-word runs."""
     return (1 <= M <= MAX_M and dtype in DTYPES and param_dtype == dtype and bits in BITS
             and K % chunk(bits) == 0 and group_size & (group_size - 1) == 0
             and group_size % (4 * 32 // bits) == 0)

@@ -13,7 +13,9 @@
 // (e_j, e_{j+P/2}), j < P/2: one mask-and-or of the word shifted by j·bits with the
 // magic 0x4300 (bf16: 128 + q) or 0x6400 (fp16: 1024 + q). mma u of a word takes pairs
 // 2u (k-slots 2c, 2c+1) and 2u + 1 (slots 2c+8, 2c+9); x's pairs are formed to match
-// (PRMT of two 32-bit words of x). Values: (magic + q) − magic exactly, then
+// (PRMT of two 32-bit words of x). At 8 bits in bf16 (7 mantissa bits) the magic
+// holds q's low 7 bits and its top bit selects −magic or 0 as the addend. Values:
+// (magic + q) − magic exactly, then
 // q·scale + bias in one packed FMA, rounded once to x's dtype (the unpacking path
 // rounds the float32 value: the two differ only where that double rounding does).
 //
@@ -32,6 +34,7 @@
 #define TQ_SHARED __shared__
 
 TQ_DEV uint4 ld128(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+TQ_DEV uint2 ld64(const void* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 TQ_DEV uint32_t ld16(const uint16_t* p) { return __ldg(p); }
 TQ_DEV uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) { return __byte_perm(a, b, sel); }
 TQ_DEV void sync_block() { __syncthreads(); }
@@ -78,17 +81,34 @@ __host__ __device__ constexpr int aff_chunk(int bits) { return 16 * (32 / bits);
 
 // the launch's shape and the kernel's derived arguments, for the CUDA launcher and
 // tests/simt alike: 16-row tiles × input splits; log2 of the group; chunks a split;
-// float32 partial sums when split; a field's mask in both halves
+// float32 partial sums when split; a field's mask in both halves (8 bits in bf16: its
+// low 7 bits, see field_pair)
 struct AffLaunch {
   int tiles, splits, gs_log2, per_split, f32_out;
   uint32_t mask2;
 };
-inline AffLaunch aff_launch(int bits, int N, int K, int gs, int splits) {
+inline AffLaunch aff_launch(int bits, int dt, int N, int K, int gs, int splits) {
   int gs_log2 = 0;
   while ((1 << gs_log2) < gs) ++gs_log2;
   const int chunks = K / aff_chunk(bits);
   return {(N + 15) / 16, splits, gs_log2, (chunks + splits - 1) / splits, splits > 1,
-          ((1u << bits) - 1) * 0x00010001u};
+          ((1u << (bits == 8 && dt == 0 ? 7 : bits)) - 1) * 0x00010001u};
+}
+
+// the pair (e_j, e_{j+P/2}) of fields at bit sh and sh + 16 of word w, as two exact
+// values of x's dtype
+template <int BITS, int DT>
+TQ_DEV uint32_t field_pair(uint32_t w, int sh, uint32_t mask2) {
+  constexpr uint32_t MAGIC2 = (DT == 0 ? 0x4300u : 0x6400u) * 0x00010001u;
+  constexpr uint32_t ONE2 = (DT == 0 ? 0x3F80u : 0x3C00u) * 0x00010001u;
+  constexpr uint32_t NEG2 = MAGIC2 | 0x80008000u;  // −magic
+  if constexpr (BITS == 8 && DT == 0) {  // mask2 = 0x007F007F: the low 7 bits
+    const uint32_t f = w >> sh;
+    const uint32_t top = (f >> 7) & 0x00010001u;  // bit 7 of each field
+    return fma2<DT>((f & mask2) | MAGIC2, ONE2, NEG2 - top * 0xC300u);  // −128 or 0
+  } else {
+    return fma2<DT>(((w >> sh) & mask2) | MAGIC2, ONE2, NEG2);
+  }
 }
 
 template <int BITS, int DT, int W, int U>
@@ -101,9 +121,6 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
   // the LOP3 reads it from the constant bank (as an immediate beside the magic's,
   // ptxas rematerialised it before every use)
   constexpr int P = 32 / BITS, CK = aff_chunk(BITS);  // fields a word, inputs a chunk
-  constexpr uint32_t MAGIC2 = (DT == 0 ? 0x4300u : 0x6400u) * 0x00010001u;
-  constexpr uint32_t ONE2 = (DT == 0 ? 0x3F80u : 0x3C00u) * 0x00010001u;
-  constexpr uint32_t NEG2 = MAGIC2 | 0x80008000u;  // −magic
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int ra = blockIdx.x * 16 + g, rb = ra + 8;
   const int NW = K / P, G = K >> gs_log2;
@@ -161,14 +178,18 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
           const uint4 q = ld128(xr + k0 + i * P + 8 * v);
           X[4 * v] = q.x; X[4 * v + 1] = q.y; X[4 * v + 2] = q.z; X[4 * v + 3] = q.w;
         }
+        if constexpr (P == 4) {  // 8 bits: 4 inputs a word
+          const uint2 q = ld64(xr + k0 + i * P);
+          X[0] = q.x; X[1] = q.y;
+        }
 #pragma unroll
         for (int u = 0; u < P / 4; ++u) {
           uint32_t a[4], b[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {  // pair j = 2u + h: A regs h·2 (row g), h·2 + 1 (g + 8)
             const int sh = (2 * u + h) * BITS;
-            const uint32_t qa = fma2<DT>(((wa[i] >> sh) & mask2) | MAGIC2, ONE2, NEG2);
-            const uint32_t qb = fma2<DT>(((wb[i] >> sh) & mask2) | MAGIC2, ONE2, NEG2);
+            const uint32_t qa = field_pair<BITS, DT>(wa[i], sh, mask2);
+            const uint32_t qb = field_pair<BITS, DT>(wb[i], sh, mask2);
             a[2 * h] = fma2<DT>(qa, sa, ba);
             a[2 * h + 1] = fma2<DT>(qb, sb, bb);
           }
@@ -204,7 +225,7 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
 template <int BITS, int DT>
 static int launch(const void* x, const void* words, const void* scales, const void* biases,
                   void* out, int M, int N, int K, int gs, int splits, cudaStream_t stream) {
-  const AffLaunch a = aff_launch(BITS, N, K, gs, splits);
+  const AffLaunch a = aff_launch(BITS, DT, N, K, gs, splits);
   affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH><<<dim3(a.tiles, a.splits), 32 * AFF_WARPS, 0,
                                                stream>>>(
       static_cast<const uint16_t*>(x), static_cast<const uint32_t*>(words),
@@ -215,7 +236,7 @@ static int launch(const void* x, const void* words, const void* scales, const vo
 
 // x [M, K] (dtype 0 bf16, 1 fp16), words [N, K·bits/32], scales and biases [N, K/gs]
 // in x's dtype; out [M, N] in x's dtype, or with splits > 1 float32 [splits, M, N]
-// partial sums. Needs M ≤ 8, bits 2 or 4, K % aff_chunk(bits) == 0,
+// partial sums. Needs M ≤ 8, bits 2, 4 or 8, K % aff_chunk(bits) == 0,
 // gs a power of two, a multiple of 128 / bits, and 16-byte aligned x and words (the caller checks).
 extern "C" int tq_affine_mma(const void* x, const void* words, const void* scales,
                              const void* biases, void* out, int M, int N, int K, int gs,
@@ -225,6 +246,8 @@ extern "C" int tq_affine_mma(const void* x, const void* words, const void* scale
   if (bits == 4 && dtype == 1) return launch<4, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
   if (bits == 2 && dtype == 0) return launch<2, 0>(x, words, scales, biases, out, M, N, K, gs, splits, s);
   if (bits == 2 && dtype == 1) return launch<2, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
+  if (bits == 8 && dtype == 0) return launch<8, 0>(x, words, scales, biases, out, M, N, K, gs, splits, s);
+  if (bits == 8 && dtype == 1) return launch<8, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
   return -1;
 }
 #endif
