@@ -25,9 +25,11 @@ transformers. Variants swap the decoder linears in place:
   q3-fused-cu — q3-fused with its attention on AffineLinear: the Q3 artifact
               as the transformers runtime runs it;
   affine4-tq, q3-fused-tq — the same with TQBUILD_AFFINE_KERNEL=triton (the
-              Triton kernel, runtime/affine_triton.py).
-lm_head stays bf16 in every variant (8-bit in the recipes; the same bytes here
-for all). `--compile`: each variant's forward also through torch.compile
+              Triton kernel, runtime/affine_triton.py);
+  q3-fused-cu-lm8 — q3-fused-cu with lm_head 8-bit affine (group 64) on
+              AffineLinear, as the recipes quantize it.
+lm_head stays bf16 in every other variant (the same bytes for all). `--compile`:
+each variant's forward also through torch.compile
 (inductor fuses the norms, RoPE and elementwise work between the linears;
 TrellisLinear is one custom op there), as `<variant>+compile`. `affine4`, `q3`,
 `q3-float` and `q3-fused` put their affine layers on tinygemm, the `-cu` variants on
@@ -202,6 +204,10 @@ def main() -> None:
     run("q3-fused-tq")
     os.environ.pop("TQBUILD_AFFINE_KERNEL")
     run("q3-fused-cu")
+    lm_head = model.lm_head
+    model.lm_head = affine_tq(cfg.vocab_size, cfg.hidden_size, g, bits=8)
+    run("q3-fused-cu-lm8")
+    model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
         if "tokens_per_s" in b and "tokens_per_s" in v:
