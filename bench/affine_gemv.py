@@ -37,7 +37,7 @@ from tqbuild.runtime import affine_cuda, affine_torch, affine_triton, gpu_info  
 
 SHAPES = [("q 4096x4096", 4096, 4096, 4), ("kv 1024x4096", 1024, 4096, 4),
           ("gate 14336x4096", 14336, 4096, 4), ("down 4096x14336", 4096, 14336, 4),
-          ("q8bit 4096x4096", 4096, 4096, 8)]
+          ("q8bit 4096x4096", 4096, 4096, 8), ("lm_head8 128256x4096", 128256, 4096, 8)]
 GROUP = 64
 
 
