@@ -407,8 +407,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     float m[DOUBLE ? 1 : G];  // a step's new costs staged in registers (single buffer)
     (void)m;
     // one step; KEEP: its argmins (or minima) go to the scratch
-    auto step = [&](int t, const float xv, auto keep) {
+    auto step = [&](int t, auto keep) {
       constexpr bool KEEP = decltype(keep)::value;
+      const float xv = x_at(t);
       if constexpr (GROUPED) {
         // thread owns groups j0 of C classes j = j0·C + bb (its rows bb = h + S·r); all
         // C·C states s = j + c·J of a group share the C predecessor costs of classes
@@ -423,27 +424,27 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 #pragma unroll
           for (int w = 0; w < (RW + 3) / 4; ++w) packed[w] = 0;
 #pragma unroll
-          for (int bb = 0; bb < RW; ++bb) {
+          for (int r = 0; r < RW; ++r) {
             float cv[C];
-            codes_of(bb, cv);
+            codes_of(r, cv);
             float v[C];
 #pragma unroll
             for (int c = 0; c < C; ++c) v[c] = __fadd_rn(sq_err(cv[c], xv), pb[c]);
             if constexpr ((HIST || !KEEP) && TQ_VIT_TREE) {
-              mvs[bb] = min_tree<C>(v);
+              mvs[r] = min_tree<C>(v);
             } else if constexpr (HIST || !KEEP) {
-              mvs[bb] = min_of<C>(v);
+              mvs[r] = min_of<C>(v);
             } else if constexpr (TQ_VIT_TREE) {
               int arg;
-              mvs[bb] = min_arg_tree<C>(v, arg);
-              packed[bb / 4] |= (uint32_t)arg << (8 * (bb % 4));
+              mvs[r] = min_arg_tree<C>(v, arg);
+              packed[r / 4] |= (uint32_t)arg << (8 * (r % 4));
             } else {
               float mv = v[0];
               int arg = 0;
 #pragma unroll
               for (int c = 1; c < C; ++c) take_min(v[c], c, mv, arg);
-              mvs[bb] = mv;
-              packed[bb / 4] |= (uint32_t)arg << (8 * (bb % 4));
+              mvs[r] = mv;
+              packed[r / 4] |= (uint32_t)arg << (8 * (r % 4));
             }
           }
           // RW consecutive costs: 16-byte stores, NCH of them (under TQ_VIT_SWZ the c-th
@@ -457,6 +458,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             if constexpr (HIST && KEEP) store16(hist + (int64_t)t * J + j0 * C + h * RW + 4 * q, ch[q]);
           }
           if constexpr (SWZ && NCH > 1) {
+            // a thread's chunks start NCH·tid chunks into the warp's (lanes own consecutive
+            // RW-runs), so the lane alone sets the rotation
             const int rot = (tid / (8 / NCH)) % NCH;
 #pragma unroll
             for (int bit = 1; bit < NCH; bit <<= 1)  // rotate the chunks by rot
@@ -531,10 +534,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         __syncthreads();
       }
     };
-    for (int t = 1; t < keep_from; ++t) step(t, x_at(t), std::false_type{});
-    for (int t = keep_from > 1 ? keep_from : 1; t < T; ++t) step(t, x_at(t), std::true_type{});
+    for (int t = 1; t < keep_from; ++t) step(t, std::false_type{});
+    for (int t = keep_from > 1 ? keep_from : 1; t < T; ++t) step(t, std::true_type{});
     float* bestf = cur;
-    int* amin = reinterpret_cast<int*>(best);  // [NB]; the costs are not needed then
     // final costs at t = T−1; the smallest (cost, state), pinned states only
     {
       const float xv = x_at(T);
@@ -564,6 +566,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       // before it, base C), and forms the argmin at step t0 − e of the class that path
       // reaches — all a round's scratch reads in flight at once; thread 0 then follows
       // the chosen path
+      int* amin = reinterpret_cast<int*>(best);  // [NB]; the costs are not needed now
       const int stop = pass == 0 ? T / 2 : 0;
       for (int t0 = T - 1; t0 > stop; t0 -= D) {
         const int d = t0 - stop < D ? t0 - stop : D;
