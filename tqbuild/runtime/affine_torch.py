@@ -4,7 +4,7 @@ quantized matmul does), equal to `formats.mlx_affine.dequantize_packed(...,
 compute_dtype=float32)`, rounded to x's dtype for the matmul. On CUDA, up to
 affine_triton.MAX_M rows of x go through a kernel that reads the packed words
 directly — the tensor-core CUDA kernel of runtime/affine_cuda.py where it serves
-(2/4 bits, bf16/fp16), else the Triton kernel of runtime/affine_triton.py;
+(2/4/8 bits, bf16/fp16), else the Triton kernel of runtime/affine_triton.py;
 otherwise each call unpacks the weight with torch ops on the module's device."""
 
 from __future__ import annotations
