@@ -222,6 +222,12 @@ __host__ __device__ constexpr int split_rows(int L, int K) {
   return grouped(L, K) && K == 4 && TQ_VIT_SPLIT ? 2 : 1;
 }
 
+// grouped layout: the rows (classes) of a group one thread takes, and the groups it takes
+__host__ __device__ constexpr int thread_rows(int L, int K) { return (1 << K) / split_rows(L, K); }
+__host__ __device__ constexpr int thread_groups(int L, int K, int NT) {
+  return (1 << (L - K)) / (1 << K) * split_rows(L, K) / NT;
+}
+
 // grouped layout: how many of a thread's groups keep their codes in registers
 __host__ __device__ constexpr int reg_code_groups(int L, int K) {
   return !grouped(L, K) || !regs_on(K) ? 0 : K == 2 ? 4 : K == 3 ? 1 : 0;
@@ -251,10 +257,9 @@ __host__ __device__ constexpr int smem_fixed(int L, int K, int NT, int xst) {
 // as many as fit beside the best costs, x and the states of a T ≤ MAX_T block
 __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
   if (!grouped(L, K)) return 0;
-  const int C = 1 << K, J = 1 << (L - K), S = split_rows(L, K);
-  const int G = J / C * S / NT - reg_code_groups(L, K);
+  const int G = thread_groups(L, K, NT) - reg_code_groups(L, K);
   const int base = smem_fixed(L, K, NT, MAX_T);
-  const int per = 4 * C * (C / S) * NT;  // a thread's C/S rows of a group
+  const int per = 4 * (1 << K) * thread_rows(L, K) * NT;  // a thread's rows of a group
   int g = 0;
   while (g < G && base + (g + 1) * per <= SMEM_BYTES) ++g;
   return g;
@@ -267,9 +272,9 @@ __host__ __device__ constexpr int smem_code_groups(int L, int K, int NT) {
 #endif
 __host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
   if (!grouped(L, K) || !TQ_VIT_ROWS) return 0;
-  const int C = 1 << K, J = 1 << (L - K), S = split_rows(L, K), RW = C / S;
+  const int C = 1 << K, RW = thread_rows(L, K);
   const int g = smem_code_groups(L, K, NT);
-  if (J / C * S / NT - reg_code_groups(L, K) == g) return 0;  // none left to compute
+  if (thread_groups(L, K, NT) - reg_code_groups(L, K) == g) return 0;  // none left to compute
   const int used = smem_fixed(L, K, NT, MAX_T) + g * 4 * C * RW * NT;
   const int rows = (SMEM_BYTES - used) / (4 * C * NT);
   const int cap = RW - 1 < TQ_VIT_ROWS ? RW - 1 : TQ_VIT_ROWS;
@@ -279,8 +284,7 @@ __host__ __device__ constexpr int smem_code_rows(int L, int K, int NT) {
 // shared memory the kernel asks for: the above and the cached codes (x and states
 // reserved for MAX_T steps where codes are cached)
 __host__ __device__ constexpr int64_t smem_bytes(int L, int K, int NT, int T) {
-  const int cached = smem_code_groups(L, K, NT) * ((1 << K) / split_rows(L, K)) +
-                     smem_code_rows(L, K, NT);
+  const int cached = smem_code_groups(L, K, NT) * thread_rows(L, K) + smem_code_rows(L, K, NT);
   return smem_fixed(L, K, NT, cached > 0 ? MAX_T : T) + (int64_t)cached * 4 * (1 << K) * NT;
 }
 
@@ -304,7 +308,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   constexpr int NG = J / C;  // groups of C classes
   constexpr bool GROUPED = grouped(L, K);
   // S threads share a group (S > 1: thread h of them owns its RW rows bb = h + S·r)
-  constexpr int S = split_rows(L, K), RW = C / S, NTS = NT / S;
+  constexpr int S = split_rows(L, K), RW = thread_rows(L, K), NTS = NT / S;
   static_assert(!GROUPED || (DOUBLE && NG % NTS == 0), "grouped layout");
   constexpr bool SWZ = TQ_VIT_SWZ && GROUPED;
   extern __shared__ float smem[];
@@ -457,25 +461,24 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             ch[q] = make_float4(mvs[4 * q], mvs[4 * q + 1], mvs[4 * q + 2], mvs[4 * q + 3]);
             if constexpr (HIST && KEEP) store16(hist + (int64_t)t * J + j0 * C + h * RW + 4 * q, ch[q]);
           }
-          if constexpr (SWZ && NCH > 1) {
-            // a thread's chunks start NCH·tid chunks into the warp's (lanes own consecutive
-            // RW-runs), so the lane alone sets the rotation
-            const int rot = (tid / (8 / NCH)) % NCH;
+          constexpr bool ROT = SWZ && NCH > 1;
+          // a thread's chunks start NCH·tid chunks into the warp's (lanes own consecutive
+          // RW-runs), so the lane alone sets the rotation
+          const int rot = ROT ? (tid / (8 / NCH)) % NCH : 0;
 #pragma unroll
-            for (int bit = 1; bit < NCH; bit <<= 1)  // rotate the chunks by rot
-              if (rot & bit) {
-                float4 r[NCH];
+          for (int bit = 1; bit < NCH; bit <<= 1)  // rotate the chunks by rot
+            if (rot & bit) {
+              float4 r[NCH];
 #pragma unroll
-                for (int q = 0; q < NCH; ++q) r[q] = ch[(q + bit) % NCH];
+              for (int q = 0; q < NCH; ++q) r[q] = ch[(q + bit) % NCH];
 #pragma unroll
-                for (int q = 0; q < NCH; ++q) ch[q] = r[q];
-              }
+              for (int q = 0; q < NCH; ++q) ch[q] = r[q];
+            }
 #pragma unroll
-            for (int q = 0; q < NCH; ++q)
-              sts16(nxt + j0 * C + h * RW + 4 * ((q + rot) % NCH), ch[q]);
-          } else {
-#pragma unroll
-            for (int q = 0; q < NCH; ++q) *reinterpret_cast<float4*>(nxt + j0 * C + h * RW + 4 * q) = ch[q];
+          for (int q = 0; q < NCH; ++q) {
+            float* dst = nxt + j0 * C + h * RW + 4 * ((q + rot) % NCH);
+            if constexpr (ROT) sts16(dst, ch[q]);
+            else *reinterpret_cast<float4*>(dst) = ch[q];
           }
           if constexpr (HIST || !KEEP) return;
           uint8_t* dst = bp + (int64_t)t * J + j0 * C + h * RW;
@@ -512,7 +515,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
             else computed_row(lt + G0 * NTS, r, cv);
           });
 #pragma unroll 1
-        for (int gi = G0 + (ROWS > 0); gi < NG / NTS; ++gi)
+        for (int gi = G0 + (ROWS > 0); gi < thread_groups(L, K, NT); ++gi)
           group(lt + gi * NTS, [&](int r, float* cv) { computed_row(lt + gi * NTS, r, cv); });
       } else {
 #pragma unroll
