@@ -31,6 +31,7 @@
 // states are checked against the torch path without a GPU.
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
@@ -115,6 +116,44 @@ __device__ __forceinline__ void sts16(float* p, float4 f) {
 #endif
 }
 
+// TQ_VIT_HIST = 2: a step's J class minima leave shared memory by one bulk (TMA) copy
+// issued by thread 0 — no per-thread global stores. The async proxy reads what the
+// threads wrote after each fences its writes (`bulk_fence_smem`) and the step barrier;
+// thread 0 waits for the copy's reads (`bulk_wait_read`) before the barrier after which
+// the buffer is written again, and for its writes (`bulk_wait_all`) before the backtrack.
+// In the host emulator the copy is a memcpy.
+__device__ __forceinline__ void bulk_fence_smem() {
+#ifdef __CUDACC__
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_store(float* dst, const float* src, int bytes) {
+#ifdef __CUDACC__
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+               "r"((uint32_t)__cvta_generic_to_shared(src)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+__device__ __forceinline__ void bulk_wait_read() {
+#ifdef __CUDACC__
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+}
+// orders the thread's global accesses of the generic proxy with the async proxy's
+__device__ __forceinline__ void bulk_fence_global() {
+#ifdef __CUDACC__
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_wait_all() {
+#ifdef __CUDACC__
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+  bulk_fence_global();
+}
+
 // the smallest of n costs (>= 0 or +inf: ordered as unsigned integers), two more a
 // DPX three-way min on Hopper
 template <int N>
@@ -186,7 +225,7 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 // TQ_VIT_REG: at L = 16, k = 2 and 3, 512 threads a block, each keeping the C·C codes
 // of some of its groups in registers (k = 2: 4 groups, 64 of 128 registers; k = 3: 1
 // group, 64). TQ_VIT_HIST: the grouped layout keeps each step's class minima instead
-// of backpointers (below). 1 on for every k, 0 off; by default (−1) what the H200
+// of backpointers (below; 2: bulk copies, `bulk_store`). 1 or 2 on for every k, 0 off; by default (−1) what the H200
 // measured fastest (bench/results/viterbi_cuda-cuda-s10rv*.json, L = 16 mul1, 65536
 // sequences, rounds backtrack, cached rows): registers at k = 2, 3 and backpointers at
 // every k — k = 2 23.2 M weights/s (history 20.7), k = 3 25.8, k = 4 22.1 (21.5; before
@@ -334,6 +373,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   const int64_t b = blockIdx.x;
   const float* xrow = x + b * T;
   constexpr bool HIST = keeps_history(L, K);
+  constexpr bool BULK = HIST && TQ_VIT_HIST == 2;  // the minima leave by bulk copies
   uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
   float* hist = reinterpret_cast<float*>(bp);  // HIST: [T][J] minima of steps 0 … T − 1
   for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
@@ -402,6 +442,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         return (int)bp[(int64_t)t * J + pos(j)];
       }
     };
+    // pass 1's copies rewrite the rows pass 0's backtrack read (after the barriers since)
+    if constexpr (BULK) if (tid == 0 && pass == 1) bulk_fence_global();
     // best_0: 0 (cost0 = d + 0 exactly) or +inf outside the pinned class
     for (int j = tid; j < J; j += NT) {
       cur[pos(j)] = (overlap < 0 || j == overlap) ? 0.f : INF;
@@ -459,7 +501,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 #pragma unroll
           for (int q = 0; q < NCH; ++q) {
             ch[q] = make_float4(mvs[4 * q], mvs[4 * q + 1], mvs[4 * q + 2], mvs[4 * q + 3]);
-            if constexpr (HIST && KEEP) store16(hist + (int64_t)t * J + j0 * C + h * RW + 4 * q, ch[q]);
+            if constexpr (HIST && KEEP && !BULK) store16(hist + (int64_t)t * J + j0 * C + h * RW + 4 * q, ch[q]);
           }
           constexpr bool ROT = SWZ && NCH > 1;
           // a thread's chunks start NCH·tid chunks into the warp's (lanes own consecutive
@@ -528,7 +570,12 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           if constexpr (KEEP) bp[(int64_t)t * J + j] = (uint8_t)arg;
         }
       }
+      if constexpr (BULK && KEEP) {  // nxt to hist row t, once the block has written it
+        bulk_fence_smem();
+        if (tid == 0) bulk_wait_read();  // the copy of step t − 1's row has read cur
+      }
       __syncthreads();
+      if constexpr (BULK && KEEP) if (tid == 0) bulk_store(hist + (int64_t)t * J, nxt, 4 * J);
       if constexpr (DOUBLE) {
         float* tmp = cur; cur = nxt; nxt = tmp;
       } else {
@@ -539,6 +586,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     };
     for (int t = 1; t < keep_from; ++t) step(t, std::false_type{});
     for (int t = keep_from > 1 ? keep_from : 1; t < T; ++t) step(t, std::true_type{});
+    if constexpr (BULK) if (tid == 0) bulk_wait_all();  // (the barriers below order it)
     float* bestf = cur;
     // final costs at t = T−1; the smallest (cost, state), pinned states only
     {
