@@ -20,8 +20,8 @@ from tqbuild.kernels.viterbi_cuda import MODES
                                         ("TQ_VIT_REG=1", "TQ_VIT_HIST=2"),
                                         ("TQ_VIT_SPLIT=0", "TQ_VIT_SWZ=0", "TQ_VIT_TREE=0"),
                                         ("TQ_VIT_SPLIT=0",), ("TQ_VIT_ROWS=4", "TQ_VIT_HIST=1")],
-                ids=["default", "neither", "rows0", "hist1", "hist2", "reg1-hist2", "plain", "split0",
-                     "rows4-hist1"])
+                ids=["default", "neither", "rows0", "hist1", "hist2", "reg1-hist2", "plain",
+                     "split0", "rows4-hist1"])
 def harness(request, tmp_path_factory) -> Path:
     """The kernel as built (codes of a group a thread in registers at k = 2, 3, the
     first rows of the first computed group in shared memory, backpointers, k = 4's groups
