@@ -21,7 +21,8 @@
 // min and argmin are a tournament; the new costs' 16-byte stores go in a rotated order
 // so that a warp's stores hit distinct banks.
 // Backpointers (c, one byte per class and step) go to global memory — or, where
-// `keeps_history`, each step's class minima, from which the backtrack forms its argmin —
+// `keeps_history` (k = 4), each step's class minima, copied out by one bulk copy a step,
+// from which the backtrack forms its argmin (the forward pass then takes no argmin) —
 // only for the steps a backtrack reads (the rolled pass's first half takes no argmin).
 // The backtrack runs in rounds of D steps: the block reads the scratch of every path
 // D steps deep at once, then one thread follows the chosen one (D dependent global
@@ -116,7 +117,7 @@ __device__ __forceinline__ void sts16(float* p, float4 f) {
 #endif
 }
 
-// TQ_VIT_HIST = 2: a step's J class minima leave shared memory by one bulk (TMA) copy
+// Bulk history (`hist_bulk`): a step's J class minima leave shared memory by one bulk (TMA) copy
 // issued by thread 0 — no per-thread global stores. The async proxy reads what the
 // threads wrote after each fences its writes (`bulk_fence_smem`) and the step barrier;
 // thread 0 waits for the copy's reads (`bulk_wait_read`) before the barrier after which
@@ -225,11 +226,12 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 // TQ_VIT_REG: at L = 16, k = 2 and 3, 512 threads a block, each keeping the C·C codes
 // of some of its groups in registers (k = 2: 4 groups, 64 of 128 registers; k = 3: 1
 // group, 64). TQ_VIT_HIST: the grouped layout keeps each step's class minima instead
-// of backpointers (below; 2: bulk copies, `bulk_store`). 1 or 2 on for every k, 0 off; by default (−1) what the H200
-// measured fastest (bench/results/viterbi_cuda-cuda-s10rv*.json, L = 16 mul1, 65536
-// sequences, rounds backtrack, cached rows): registers at k = 2, 3 and backpointers at
-// every k — k = 2 23.2 M weights/s (history 20.7), k = 3 25.8, k = 4 22.1 (21.5; before
-// TQ_VIT_SPLIT, TQ_VIT_SWZ and TQ_VIT_TREE, below).
+// of backpointers (below): 1 stored by each thread, 2 by one bulk copy a step
+// (`bulk_store`). Each 1 (or 2) on for every k, 0 off; by default (−1) what measured
+// fastest (L = 16 mul1, 65536 sequences): registers at k = 2, 3 (H200,
+// bench/results/viterbi_cuda-cuda-s10rv*.json: k = 2 23.2 M weights/s, k = 3 25.8), the
+// minima by bulk copies at k = 4 (H100, -s12v*.json: 23.9 → 29.9; at k = 3 25.6 → 25.7,
+// at k = 2 23.1 → 16.9: 32 and 64 KB of minima a step — the copies' global writes bind).
 #ifndef TQ_VIT_REG
 #define TQ_VIT_REG -1
 #endif
@@ -237,7 +239,9 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 #define TQ_VIT_HIST -1
 #endif
 __host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K <= 3 : TQ_VIT_REG > 0; }
-__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST > 0; }
+__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST < 0 ? K == 4 : TQ_VIT_HIST > 0; }
+// how the minima leave: by one bulk copy a step (else each thread stores its own)
+__host__ __device__ constexpr bool hist_bulk(int K) { return TQ_VIT_HIST < 0 || TQ_VIT_HIST == 2; }
 
 // TQ_VIT_SPLIT: at k = 4, two neighbour threads share a group, each its C/2 rows bb ≡ h
 // (mod 2): 512 threads a block, 16 warps an SM instead of 8 (H100, L = 16 mul1: 21.9 ->
@@ -373,7 +377,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   const int64_t b = blockIdx.x;
   const float* xrow = x + b * T;
   constexpr bool HIST = keeps_history(L, K);
-  constexpr bool BULK = HIST && TQ_VIT_HIST == 2;  // the minima leave by bulk copies
+  constexpr bool BULK = HIST && hist_bulk(K);
   uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
   float* hist = reinterpret_cast<float*>(bp);  // HIST: [T][J] minima of steps 0 … T − 1
   for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
