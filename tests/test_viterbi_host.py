@@ -18,18 +18,20 @@ from tqbuild.kernels.viterbi_cuda import MODES
 @pytest.fixture(scope="module", params=[(), ("TQ_VIT_REG=0", "TQ_VIT_HIST=0"), ("TQ_VIT_ROWS=0",),
                                         ("TQ_VIT_HIST=1",), ("TQ_VIT_HIST=2",),
                                         ("TQ_VIT_REG=1", "TQ_VIT_HIST=2"),
+                                        ("TQ_VIT_HIST=2", "TQ_VIT_BUF3=1"),
                                         ("TQ_VIT_SPLIT=0", "TQ_VIT_SWZ=0", "TQ_VIT_TREE=0"),
                                         ("TQ_VIT_SPLIT=0",), ("TQ_VIT_ROWS=4", "TQ_VIT_HIST=1")],
-                ids=["default", "neither", "rows0", "hist1", "hist2", "reg1-hist2", "plain",
-                     "split0", "rows4-hist1"])
+                ids=["default", "neither", "rows0", "hist1", "hist2", "reg1-hist2", "hist2-buf3",
+                     "plain", "split0", "rows4-hist1"])
 def harness(request, tmp_path_factory) -> Path:
     """The kernel as built (codes of a group a thread in registers at k = 2, 3, the
-    first rows of the first computed group in shared memory, backpointers, k = 4's groups
-    shared by two threads, rotated cost stores, tournament minima); with no register
-    codes; with no cached rows; with each step's class minima kept instead of
-    backpointers (stored by each thread; or copied out by one bulk copy a step); the bulk
-    copies with register codes at every k; with none of the last three; with one thread a group at
-    k = 4 (four rotated stores); with at most 4 cached rows and the minima kept."""
+    first rows of the first computed group in shared memory, backpointers at k = 2, 3 and
+    at k = 4 the class minima copied out by one bulk copy a step, k = 4's groups shared by
+    two threads, rotated cost stores, tournament minima); with no register codes and
+    backpointers throughout; with no cached rows; with each step's class minima kept at
+    every k (stored by each thread; copied out in bulk; in bulk with register codes; in
+    bulk with three cost buffers); with none of split, rotation and tournament; with one
+    thread a group at k = 4; with at most 4 cached rows and the minima kept."""
     return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"),
                               request.param)
 

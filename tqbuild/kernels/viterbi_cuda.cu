@@ -137,9 +137,10 @@ __device__ __forceinline__ void bulk_store(float* dst, const float* src, int byt
   memcpy(dst, src, bytes);
 #endif
 }
+template <int PENDING>  // the most recent copies that may still be reading
 __device__ __forceinline__ void bulk_wait_read() {
 #ifdef __CUDACC__
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(PENDING) : "memory");
 #endif
 }
 // orders the thread's global accesses of the generic proxy with the async proxy's
@@ -289,10 +290,20 @@ __host__ __device__ constexpr int64_t scratch_bytes(int L, int K, int T) {
   return (int64_t)T * (1 << (L - K)) * (keeps_history(L, K) ? 4 : 1);
 }
 
+// TQ_VIT_BUF3: where the minima leave by bulk copies, three best-cost buffers, so that a
+// step's copy may read its row while the next two steps run (0 off)
+#ifndef TQ_VIT_BUF3
+#define TQ_VIT_BUF3 0
+#endif
+// best-cost buffers in shared memory
+__host__ __device__ constexpr int cost_buffers(int L, int K) {
+  return !double_buffered(L, K) ? 1 : TQ_VIT_BUF3 && keeps_history(L, K) && hist_bulk(K) ? 3 : 2;
+}
+
 // shared memory besides the cached codes: best costs, x and states of xst steps, the
 // reduction's (cost, state) pairs
 __host__ __device__ constexpr int smem_fixed(int L, int K, int NT, int xst) {
-  return 4 * (double_buffered(L, K) ? 2 : 1) * (1 << (L - K)) + 8 * xst + 8 * (NT / 32);
+  return 4 * cost_buffers(L, K) * (1 << (L - K)) + 8 * xst + 8 * (NT / 32);
 }
 
 // grouped layout: how many of a thread's other groups keep their C·C codes in shared
@@ -355,8 +366,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   static_assert(!GROUPED || (DOUBLE && NG % NTS == 0), "grouped layout");
   constexpr bool SWZ = TQ_VIT_SWZ && GROUPED;
   extern __shared__ float smem[];
-  float* best = smem;                        // [J] (x2 when DOUBLE)
-  float* xs = best + (DOUBLE ? 2 * J : J);   // [T]
+  constexpr int NBUF = cost_buffers(L, K);
+  float* best = smem;                        // [NBUF][J]
+  float* xs = best + NBUF * J;               // [T]
   int* st = reinterpret_cast<int*>(xs + T);  // [T] states
   float* red_v = reinterpret_cast<float*>(st + T);  // [NT/32]
   int* red_s = reinterpret_cast<int*>(red_v + NT / 32);  // [NT/32]
@@ -368,7 +380,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   constexpr int D = lookahead_steps(K, NT);
   constexpr int NB = ((1 << (K * D)) - 1) / (C - 1);  // threads a backtrack round
   static_assert(NB <= NT && NB <= J, "backtrack round");
-  float4* csm = reinterpret_cast<float4*>(best + (DOUBLE ? 2 * J : J) + 2 * MAX_T + NT / 16);
+  float4* csm = reinterpret_cast<float4*>(best + NBUF * J + 2 * MAX_T + NT / 16);
 
   const int tid = threadIdx.x;
   // h: which row set of its group (neighbour lanes share a group), lt: the thread's index
@@ -430,6 +442,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     const int keep_from = pass == 0 ? T / 2 : 0;
     float* cur = best;
     float* nxt = DOUBLE ? best + J : best;
+    float* spare = best + 2 * J;  // NBUF = 3: the buffer whose copy may still be reading
     // x of step t (1 … T; T: the final costs), on the rolled x in pass 0
     auto x_at = [&](int t) {
       int i = t - 1 - shift;
@@ -576,11 +589,15 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       }
       if constexpr (BULK && KEEP) {  // nxt to hist row t, once the block has written it
         bulk_fence_smem();
-        if (tid == 0) bulk_wait_read();  // the copy of step t − 1's row has read cur
+        // the copy that read the buffer step t + 1 writes is done: step t − 1's (cur),
+        // with three buffers step t − 2's (spare; step t − 1's may go on)
+        if (tid == 0) bulk_wait_read<NBUF - 2>();
       }
       __syncthreads();
       if constexpr (BULK && KEEP) if (tid == 0) bulk_store(hist + (int64_t)t * J, nxt, 4 * J);
-      if constexpr (DOUBLE) {
+      if constexpr (NBUF == 3) {
+        float* tmp = cur; cur = nxt; nxt = spare; spare = tmp;
+      } else if constexpr (DOUBLE) {
         float* tmp = cur; cur = nxt; nxt = tmp;
       } else {
 #pragma unroll
