@@ -117,12 +117,12 @@ __device__ __forceinline__ void sts16(float* p, float4 f) {
 #endif
 }
 
-// Bulk history (`hist_bulk`): a step's J class minima leave shared memory by one bulk (TMA) copy
-// issued by thread 0 — no per-thread global stores. The async proxy reads what the
-// threads wrote after each fences its writes (`bulk_fence_smem`) and the step barrier;
-// thread 0 waits for the copy's reads (`bulk_wait_read`) before the barrier after which
-// the buffer is written again, and for its writes (`bulk_wait_all`) before the backtrack.
-// In the host emulator the copy is a memcpy.
+// Bulk history (`hist_bulk`): a step's J class minima leave shared memory by one bulk
+// (TMA) copy issued by thread 0 — no per-thread global stores. The async proxy reads what
+// the threads wrote after each fences its writes (`bulk_fence_smem`) and the step
+// barrier; thread 0 waits for the copy's reads (`bulk_wait_read`) before the barrier after
+// which the buffer is written again, and for its writes (`bulk_wait_all`) before the
+// backtrack. In the host emulator the copy is a memcpy.
 __device__ __forceinline__ void bulk_fence_smem() {
 #ifdef __CUDACC__
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
