@@ -8,12 +8,14 @@
 // (rounded once), PRMT, float32 intrinsics rounded as written (build with
 // -ffp-contract=off), vector types, 16-byte loads. Subnormal and overflowing
 // halves are out of scope; device asm stays behind #ifdef __CUDACC__ in the kernels.
+// Bulk (TMA) copies shared → global run as late as a GPU may run them (below).
 #pragma once
 #include <array>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -212,3 +214,34 @@ inline void mma16816(float* acc, const uint32_t* a, const uint32_t* b) {
   }
   simt::block->warp_bars[warp]->arrive_and_wait();
 }
+
+// cp.async.bulk shared → global, in bulk groups, as late as a GPU may do it: a thread's
+// copy reads its source only when the thread waits for the copy's reads (or for all),
+// and writes its destination only when it waits for all — so a kernel that writes a
+// source again before waiting, or reads a destination before waiting, reads wrong here
+namespace simt {
+struct BulkCopy {
+  void* dst;
+  const void* src;
+  std::vector<unsigned char> data;  // the source, once read
+};
+inline thread_local std::deque<BulkCopy> bulk_unread, bulk_unwritten;
+inline void bulk_copy(void* dst, const void* src, int bytes) {
+  bulk_unread.push_back({dst, src, std::vector<unsigned char>((size_t)bytes)});
+}
+// cp.async.bulk.wait_group.read pending: all but the `pending` most recent copies have read
+inline void bulk_wait_read(int pending) {
+  while ((int)bulk_unread.size() > pending) {
+    auto& c = bulk_unread.front();
+    std::memcpy(c.data.data(), c.src, c.data.size());
+    bulk_unwritten.push_back(std::move(c));
+    bulk_unread.pop_front();
+  }
+}
+// cp.async.bulk.wait_group 0: every copy has read and written
+inline void bulk_wait_all() {
+  bulk_wait_read(0);
+  for (auto& c : bulk_unwritten) std::memcpy(c.dst, c.data.data(), c.data.size());
+  bulk_unwritten.clear();
+}
+}  // namespace simt

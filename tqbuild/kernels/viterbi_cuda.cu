@@ -32,7 +32,6 @@
 // states are checked against the torch path without a GPU.
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
@@ -122,7 +121,7 @@ __device__ __forceinline__ void sts16(float* p, float4 f) {
 // the threads wrote after each fences its writes (`bulk_fence_smem`) and the step
 // barrier; thread 0 waits for the copy's reads (`bulk_wait_read`) before the barrier after
 // which the buffer is written again, and for its writes (`bulk_wait_all`) before the
-// backtrack. In the host emulator the copy is a memcpy.
+// backtrack. The host emulator reads and writes a copy as late as a GPU may.
 __device__ __forceinline__ void bulk_fence_smem() {
 #ifdef __CUDACC__
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -134,13 +133,15 @@ __device__ __forceinline__ void bulk_store(float* dst, const float* src, int byt
                "r"((uint32_t)__cvta_generic_to_shared(src)), "r"(bytes) : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 #else
-  memcpy(dst, src, bytes);
+  simt::bulk_copy(dst, src, bytes);
 #endif
 }
 template <int PENDING>  // the most recent copies that may still be reading
 __device__ __forceinline__ void bulk_wait_read() {
 #ifdef __CUDACC__
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(PENDING) : "memory");
+#else
+  simt::bulk_wait_read(PENDING);
 #endif
 }
 // orders the thread's global accesses of the generic proxy with the async proxy's
@@ -152,6 +153,8 @@ __device__ __forceinline__ void bulk_fence_global() {
 __device__ __forceinline__ void bulk_wait_all() {
 #ifdef __CUDACC__
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#else
+  simt::bulk_wait_all();
 #endif
   bulk_fence_global();
 }
