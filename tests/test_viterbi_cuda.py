@@ -174,3 +174,33 @@ def test_viterbi_flags_add_benchmark_defines(monkeypatch):
     assert viterbi_cuda.flags() == ["-fmad=false"]
     monkeypatch.setenv("TQBUILD_VITERBI_FLAGS", "-DTQ_VIT_REG=1")
     assert viterbi_cuda.flags() == ["-fmad=false", "-DTQ_VIT_REG=1"]
+
+
+@pytest.mark.parametrize("B,cap,wave", [(65536, 1024, 132), (17408, 1024, 132), (2049, 1024, 132),
+                                        (65536, 2048, 264), (3000, 1000, 7), (1000, 2048, 264),
+                                        (3000, 100, 132), (65536, 1024, 0), (5, 1, 0)])
+def test_launch_sizes_hold_whole_waves_within_the_budget(B, cap, wave):
+    sizes = viterbi_cuda.launch_sizes(B, cap, wave)
+    assert sum(sizes) == B and all(0 < n <= cap for n in sizes)
+    plain = [min(cap, B - a) for a in range(0, B, cap)]
+    if wave == 0 or cap < wave or B <= cap:
+        assert sizes == plain
+        return
+    assert all(n % wave == 0 for n in sizes[:-1])
+    waves = sum(-(-n // wave) for n in sizes)
+    assert waves == -(-B // wave) <= sum(-(-n // wave) for n in plain)
+    assert len({n for n in sizes[:-1]}) <= 1  # spread evenly
+
+
+@needs_cuda
+@pytest.mark.parametrize("L,k", [(12, 3), (16, 3), (16, 4)])
+def test_wave_sized_launches_give_the_same_states(monkeypatch, L, k):
+    """TQBUILD_VITERBI_WAVES=1 with a scratch budget small enough for several launches."""
+    assert viterbi_cuda.available(torch.zeros(1, 256, device="cuda"), L, k)
+    lib = viterbi_cuda._lib
+    assert lib.tq_viterbi_blocks_per_sm(L, k, viterbi_cuda.MODES["mul1"], 256) > 0
+    g = torch.Generator(device="cuda").manual_seed(9)
+    x = torch.randn(1000, 256, device="cuda", generator=g)
+    monkeypatch.setattr(viterbi_cuda, "BP_BUDGET", 300 * lib.tq_viterbi_scratch_bytes(L, k, 256))
+    monkeypatch.setenv("TQBUILD_VITERBI_WAVES", "1")
+    assert torch.equal(cuda_states(x, L, k, "mul1"), torch_states(x, L, k, "mul1"))

@@ -689,22 +689,46 @@ static int launch_one(const float* x, const float* table, int B, int T, uint8_t*
   return (int)cudaGetLastError();
 }
 
-// mode 1: 1MAD, mode 2: MUL1 computed in registers; mode 0: any code from its table
-#define CASE(L_, K_)                                                            \
-  if (L == L_ && k == K_)                                                       \
-    return mode == 1 ? launch_one<L_, K_, block_threads(L_, K_), 1>(x, table, B, T, bp, states, s) \
-         : mode == 2 ? launch_one<L_, K_, block_threads(L_, K_), 2>(x, table, B, T, bp, states, s) \
-                     : launch_one<L_, K_, block_threads(L_, K_), 0>(x, table, B, T, bp, states, s);
+// blocks of one kernel resident on an SM at once (0 where the query fails)
+template <int L, int K, int NT, int MODE>
+static int blocks_per_sm(int T) {
+  const size_t smem = (size_t)smem_bytes(L, K, NT, T);
+  auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
+  int n = 0;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, NT, smem) != cudaSuccess)
+    return 0;
+  return n;
+}
+
+// FN<L, k, threads, mode>(args…) for the kernel of (L, k, mode) — mode 1: 1MAD, mode 2:
+// MUL1 computed in registers; mode 0: any code from its table
+#define CASE(L_, K_, FN, ...)                                                        \
+  if (L == L_ && k == K_)                                                            \
+    return mode == 1   ? FN<L_, K_, block_threads(L_, K_), 1>(__VA_ARGS__)            \
+           : mode == 2 ? FN<L_, K_, block_threads(L_, K_), 2>(__VA_ARGS__)            \
+                       : FN<L_, K_, block_threads(L_, K_), 0>(__VA_ARGS__);
+#define ALL_CASES(FN, ...)                                                                 \
+  CASE(12, 1, FN, __VA_ARGS__) CASE(12, 2, FN, __VA_ARGS__) CASE(12, 3, FN, __VA_ARGS__)   \
+  CASE(12, 4, FN, __VA_ARGS__) CASE(16, 1, FN, __VA_ARGS__) CASE(16, 2, FN, __VA_ARGS__)   \
+  CASE(16, 3, FN, __VA_ARGS__) CASE(16, 4, FN, __VA_ARGS__)
 
 // global scratch bytes a sequence (the caller's `bp` holds B of them)
 extern "C" int64_t tq_viterbi_scratch_bytes(int L, int k, int T) { return scratch_bytes(L, k, T); }
+
+// blocks (sequences) of the (L, k, mode) kernel an SM runs at once: a launch of
+// SMs × this many sequences is one full wave
+extern "C" int tq_viterbi_blocks_per_sm(int L, int k, int mode, int T) {
+  ALL_CASES(blocks_per_sm, T)
+  return 0;
+}
 
 extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, int B, int T, int L,
                                      int k, int mode, uint8_t* bp, int64_t* states,
                                      void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  CASE(12, 1) CASE(12, 2) CASE(12, 3) CASE(12, 4)
-  CASE(16, 1) CASE(16, 2) CASE(16, 3) CASE(16, 4)
+  ALL_CASES(launch_one, x, table, B, T, bp, states, s)
   return -1;
 }
 #endif

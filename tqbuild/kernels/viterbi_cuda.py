@@ -3,7 +3,9 @@ with nvcc into a cached shared library and called through ctypes on torch's
 current stream — one launch per call, no host sync. Never built at install
 time; where nvcc or the build is missing, `available()` is False and the
 callers keep the Triton / torch paths (warned once). TQBUILD_VITERBI_FLAGS adds
-nvcc defines (benchmark variants, e.g. "-DTQ_VIT_REG=1"; part of the cache key)."""
+nvcc defines (benchmark variants, e.g. "-DTQ_VIT_REG=1"; part of the cache key).
+TQBUILD_VITERBI_WAVES=1 sizes the launches in whole waves of resident blocks
+(`launch_sizes`; off by default until measured)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ def _build() -> ctypes.CDLL:
     f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3
     dll.tq_viterbi_scratch_bytes.restype = ctypes.c_int64
     dll.tq_viterbi_scratch_bytes.argtypes = [ctypes.c_int] * 3
+    dll.tq_viterbi_blocks_per_sm.restype = ctypes.c_int
+    dll.tq_viterbi_blocks_per_sm.argtypes = [ctypes.c_int] * 4
     return dll
 
 
@@ -60,6 +64,22 @@ def available(x: torch.Tensor, L: int, k: int) -> bool:
 MODES = {"1mad": 1, "mul1": 2}  # the kernel's computed codes (mode 0: the table)
 
 
+def launch_sizes(B: int, cap: int, wave: int) -> list[int]:
+    """Sequences a launch for B sequences, at most `cap` a launch (the scratch budget).
+    With `wave` > 0 (SMs × resident blocks a kernel) every launch but the last holds whole
+    waves, as evenly as the cap allows — a launch of 1024 blocks on 132 SMs runs 8 waves,
+    the last a quarter idle; 924 run 7 full ones — so the launches run ⌈B / wave⌉ waves in
+    all. Else launches of `cap`."""
+    cap = max(1, cap)
+    if wave <= 0 or cap < wave or B <= cap:  # (one launch: its waves are as few as can be)
+        return [min(cap, B - a) for a in range(0, B, cap)]
+    waves = -(-B // wave)
+    per = cap // wave  # whole waves a launch may hold
+    n = -(-waves // per)
+    per = -(-waves // n)  # spread evenly over the n launches
+    return [min(per * wave, B - a) for a in range(0, B, per * wave)]
+
+
 def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, code: str
                        ) -> torch.Tensor:
     """x [B, T] float32 (CUDA, finite) -> int64 states [B, T], both passes fused."""
@@ -70,14 +90,19 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     out = torch.empty(B, T, dtype=torch.int64, device=x.device)
     assert _lib is not None
     per = int(_lib.tq_viterbi_scratch_bytes(L, k, T))
-    chunk = max(1, min(B, BP_BUDGET // per))
-    bp = torch.empty(chunk * per, dtype=torch.uint8, device=x.device)
+    wave = 0
+    if os.environ.get("TQBUILD_VITERBI_WAVES") == "1":
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        wave = sms * int(_lib.tq_viterbi_blocks_per_sm(L, k, mode, T))
+    sizes = launch_sizes(B, BP_BUDGET // per, wave)
+    bp = torch.empty(max(sizes) * per, dtype=torch.uint8, device=x.device)
     stream = nvcc.stream_of(x)
-    for a in range(0, B, chunk):
-        n = min(chunk, B - a)
+    a = 0
+    for n in sizes:
         rc = _lib.tq_viterbi_tailbiting(x[a:].data_ptr(), table.data_ptr(), n, T, L, k, mode,
                                         bp.data_ptr(), out[a:].data_ptr(),
                                         stream)
         if rc != 0:
             raise RuntimeError(f"CUDA Viterbi launch failed (cudaError {rc})")
+        a += n
     return out
