@@ -178,10 +178,11 @@ def test_viterbi_flags_add_benchmark_defines(monkeypatch):
 
 @pytest.mark.parametrize("B,cap,wave", [(65536, 1024, 132), (17408, 1024, 132), (2049, 1024, 132),
                                         (65536, 2048, 264), (3000, 1000, 7), (1000, 2048, 264),
-                                        (3000, 100, 132), (65536, 1024, 0), (5, 1, 0)])
+                                        (3000, 100, 132), (65536, 1024, 0), (5, 1, 0),
+                                        (0, 1024, 132)])
 def test_launch_sizes_hold_whole_waves_within_the_budget(B, cap, wave):
     sizes = viterbi_cuda.launch_sizes(B, cap, wave)
-    assert sum(sizes) == B and all(0 < n <= cap for n in sizes)
+    assert sum(sizes) == B and all(0 < n <= cap for n in sizes)  # (no launch for B = 0)
     plain = [min(cap, B - a) for a in range(0, B, cap)]
     if wave == 0 or cap < wave or B <= cap:
         assert sizes == plain

@@ -95,7 +95,7 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         wave = sms * int(_lib.tq_viterbi_blocks_per_sm(L, k, mode, T))
     sizes = launch_sizes(B, BP_BUDGET // per, wave)
-    bp = torch.empty(max(sizes) * per, dtype=torch.uint8, device=x.device)
+    bp = torch.empty(max(sizes, default=0) * per, dtype=torch.uint8, device=x.device)
     stream = nvcc.stream_of(x)
     a = 0
     for n in sizes:
