@@ -675,29 +675,34 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 }
 
 #ifdef __CUDACC__
+// the kernel allowed the dynamic shared memory a block of T steps asks for (`smem`)
+template <int L, int K, int NT, int MODE>
+static cudaError_t allow_smem(int T, size_t& smem) {
+  smem = (size_t)smem_bytes(L, K, NT, T);
+  return cudaFuncSetAttribute(viterbi_tailbiting_kernel<L, K, NT, MODE>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
 template <int L, int K, int NT, int MODE>
 static int launch_one(const float* x, const float* table, int B, int T, uint8_t* bp,
                       int64_t* states, cudaStream_t stream) {
   static_assert(smem_bytes(L, K, NT, MAX_T) <= SMEM_BYTES, "shared-memory plan");
   if (smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T) return -2;
-  const size_t smem = (size_t)smem_bytes(L, K, NT, T);
-  auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem);
+  size_t smem;
+  cudaError_t e = allow_smem<L, K, NT, MODE>(T, smem);
   if (e != cudaSuccess) return (int)e;
-  kern<<<B, NT, smem, stream>>>(x, table, T, bp, states);
+  viterbi_tailbiting_kernel<L, K, NT, MODE><<<B, NT, smem, stream>>>(x, table, T, bp, states);
   return (int)cudaGetLastError();
 }
 
 // blocks of one kernel resident on an SM at once (0 where the query fails)
 template <int L, int K, int NT, int MODE>
 static int blocks_per_sm(int T) {
-  const size_t smem = (size_t)smem_bytes(L, K, NT, T);
-  auto kern = viterbi_tailbiting_kernel<L, K, NT, MODE>;
+  size_t smem;
   int n = 0;
-  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-          cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, NT, smem) != cudaSuccess)
+  if (allow_smem<L, K, NT, MODE>(T, smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, viterbi_tailbiting_kernel<L, K, NT, MODE>,
+                                                    NT, smem) != cudaSuccess)
     return 0;
   return n;
 }

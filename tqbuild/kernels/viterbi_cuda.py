@@ -70,14 +70,12 @@ def launch_sizes(B: int, cap: int, wave: int) -> list[int]:
     waves, as evenly as the cap allows — a launch of 1024 blocks on 132 SMs runs 8 waves,
     the last a quarter idle; 924 run 7 full ones — so the launches run ⌈B / wave⌉ waves in
     all. Else launches of `cap`."""
-    cap = max(1, cap)
-    if wave <= 0 or cap < wave or B <= cap:  # (one launch: its waves are as few as can be)
-        return [min(cap, B - a) for a in range(0, B, cap)]
-    waves = -(-B // wave)
-    per = cap // wave  # whole waves a launch may hold
-    n = -(-waves // per)
-    per = -(-waves // n)  # spread evenly over the n launches
-    return [min(per * wave, B - a) for a in range(0, B, per * wave)]
+    chunk = max(1, cap)
+    if 0 < wave <= chunk < B:  # (B within one launch: its waves are as few as can be)
+        waves = -(-B // wave)
+        launches = -(-waves // (chunk // wave))  # each at most chunk // wave whole waves
+        chunk = -(-waves // launches) * wave  # the waves spread evenly over them
+    return [min(chunk, B - a) for a in range(0, B, chunk)]
 
 
 def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, code: str
