@@ -20,9 +20,10 @@ from tqbuild.kernels.viterbi_cuda import MODES
                                         ("TQ_VIT_REG=1", "TQ_VIT_HIST=2"),
                                         ("TQ_VIT_HIST=2", "TQ_VIT_BUF3=1"),
                                         ("TQ_VIT_SPLIT=0", "TQ_VIT_SWZ=0", "TQ_VIT_TREE=0"),
-                                        ("TQ_VIT_SPLIT=0",), ("TQ_VIT_ROWS=4", "TQ_VIT_HIST=1")],
+                                        ("TQ_VIT_SPLIT=0",), ("TQ_VIT_ROWS=4", "TQ_VIT_HIST=1"),
+                                        ("TQ_VIT_BT=0",), ("TQ_VIT_BT=0", "TQ_VIT_HIST=2")],
                 ids=["default", "neither", "rows0", "hist1", "hist2", "reg1-hist2", "hist2-buf3",
-                     "plain", "split0", "rows4-hist1"])
+                     "plain", "split0", "rows4-hist1", "fused", "fused-hist2"])
 def harness(request, tmp_path_factory) -> Path:
     """The kernel as built (codes of a group a thread in registers at k = 2, 3, the
     first rows of the first computed group in shared memory, backpointers at k = 2, 3 and
@@ -31,7 +32,9 @@ def harness(request, tmp_path_factory) -> Path:
     backpointers throughout; with no cached rows; with each step's class minima kept at
     every k (stored by each thread; copied out in bulk; in bulk with register codes; in
     bulk with three cost buffers); with none of split, rotation and tournament; with one
-    thread a group at k = 4; with at most 4 cached rows and the minima kept."""
+    thread a group at k = 4; with at most 4 cached rows and the minima kept; with the
+    L = 16 backtrack in the forward kernel's block instead of its own kernel (with
+    backpointers, with bulk-copied minima)."""
     return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"),
                               request.param)
 

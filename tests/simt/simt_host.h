@@ -3,7 +3,7 @@
 // another (so static storage — `TQ_SHARED`, or the harness's array behind an
 // `extern __shared__` — is the block's shared memory). Supplies what the kernels
 // written for it use (runtime/affine_gemv.cu, kernels/viterbi_cuda.cu): CUDA's
-// declaration keywords, threadIdx / blockIdx, __syncthreads, __shfl_down_sync,
+// declaration keywords, threadIdx / blockIdx, __syncthreads, __shfl_down_sync / __shfl_sync,
 // mma.sync m16n8k16 (bf16 / fp16 → float32, PTX ISA fragment layout), packed fma
 // (rounded once), PRMT, float32 intrinsics rounded as written (build with
 // -ffp-contract=off), vector types, 16-byte loads. Subnormal and overflowing
@@ -120,18 +120,25 @@ inline void __syncthreads() { sync_block(); }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
 
+// a warp's lanes exchange 4-byte values: each gets lane src's (its own where src ≥ 32)
 template <typename T>
-inline T __shfl_down_sync(unsigned, T v, int delta) {
+inline T warp_exchange(T v, int src) {
   static_assert(sizeof(T) == 4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   auto& ex = simt::block->shfl[warp];
   std::memcpy(&ex[lane], &v, 4);
   simt::block->warp_bars[warp]->arrive_and_wait();
   T r = v;
-  if (lane + delta < 32) std::memcpy(&r, &ex[lane + delta], 4);
+  if (src < 32) std::memcpy(&r, &ex[src], 4);
   simt::block->warp_bars[warp]->arrive_and_wait();
   return r;
 }
+template <typename T>
+inline T __shfl_down_sync(unsigned, T v, int delta) {
+  return warp_exchange(v, (int)(threadIdx.x & 31) + delta);
+}
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int src) { return warp_exchange(v, src & 31); }
 
 inline float __uint_as_float(uint32_t u) {
   float f;

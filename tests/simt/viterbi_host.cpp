@@ -11,12 +11,32 @@ alignas(16) float smem[227 * 1024 / 4];  // the kernel's `extern __shared__` (on
 
 #include "viterbi_cuda.cu"
 
+// as the .cu's launch_pass: one pass's kernel and its backtrack kernel (PASS 0, 1), or
+// the fused kernel (PASS −1)
+template <int L, int K, int MODE, int PASS>
+static void run_pass(const float* x, const float* table, int B, int T, uint8_t* bp,
+                     int64_t* states, int32_t* links) {
+  constexpr int NT = block_threads(L, K);
+  simt::launch(B, 1, NT, [&] {
+    viterbi_tailbiting_kernel<L, K, NT, MODE, PASS>(x, table, T, bp, states, links);
+  });
+  if constexpr (PASS >= 0)
+    simt::launch((B + BT_WARPS - 1) / BT_WARPS, 1, 32 * BT_WARPS, [&] {
+      viterbi_backtrack_kernel<L, K, MODE>(x, table, T, B, PASS, bp, links, states);
+    });
+}
+
 template <int L, int K, int MODE>
 static void run(const float* x, const float* table, int B, int T, int64_t* states) {
-  std::vector<uint8_t> bp((size_t)B * scratch_bytes(L, K, T), 0x7f);  // garbage: large costs
-  simt::launch(B, 1, block_threads(L, K), [&] {
-    viterbi_tailbiting_kernel<L, K, block_threads(L, K), MODE>(x, table, T, bp.data(), states);
-  });
+  // garbage scratch (large costs)
+  std::vector<uint8_t> bp((size_t)B * launch_scratch_bytes(L, K, T), 0x7f);
+  if constexpr (split_backtrack(L, K)) {
+    int32_t* links = reinterpret_cast<int32_t*>(bp.data() + (size_t)B * scratch_bytes(L, K, T));
+    run_pass<L, K, MODE, 0>(x, table, B, T, bp.data(), states, links);
+    run_pass<L, K, MODE, 1>(x, table, B, T, bp.data(), states, links);
+  } else {
+    run_pass<L, K, MODE, -1>(x, table, B, T, bp.data(), states, nullptr);
+  }
 }
 
 template <int L, int K>

@@ -353,10 +353,68 @@ __host__ __device__ constexpr int lookahead_steps(int K, int NT) {
   return d;
 }
 
-template <int L, int K, int NT, int MODE>
+// TQ_VIT_BT: at L = 16, k ≥ 2 each pass's backtrack runs in a kernel of its own, a warp
+// a sequence (`viterbi_backtrack_kernel`): the forward kernel's block — one an SM — no
+// longer idles through the backtrack's rounds of dependent global reads, and many
+// sequences' reads overlap. 0: the fused kernel's in-block backtrack.
+#ifndef TQ_VIT_BT
+#define TQ_VIT_BT 1
+#endif
+__host__ __device__ constexpr bool split_backtrack(int L, int K) { return grouped(L, K) && TQ_VIT_BT; }
+// global scratch a launch asks for a sequence: the steps' and, with the backtrack kernel,
+// two int32 links (the pass's final state, pass 0's overlap class) after all B sequences'
+__host__ __device__ constexpr int64_t launch_scratch_bytes(int L, int K, int T) {
+  return scratch_bytes(L, K, T) + (split_backtrack(L, K) ? 8 : 0);
+}
+
+// where class j's best cost (and backpointer) is stored: a group's rows h + S·r at
+// j0·C + h·RW + r, so a thread's RW rows are consecutive
+template <int L, int K>
+__device__ __forceinline__ int class_pos(int j) {
+  constexpr int C = 1 << K, S = split_rows(L, K), RW = thread_rows(L, K);
+  if constexpr (S == 1) return j;
+  else return (j & ~(C - 1)) + (j % S) * RW + (j & (C - 1)) / S;
+}
+
+// the best cost of class j's C states j + c·J at x = xv over the costs `prev` of step
+// t − 1 (at class_pos), and its c (the first on ties)
+template <int L, int K, int MODE>
+__device__ __forceinline__ float class_best(const Codes<MODE>& code, int j, float xv,
+                                            const float* prev, int& arg) {
+  constexpr int C = 1 << K, J = 1 << (L - K);
+  float mv = 0.f;
+  arg = 0;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const uint32_t s = j + c * J;
+    const float v = __fadd_rn(sq_err(code(s), xv), prev[class_pos<L, K>(s >> K)]);
+    if (c == 0 || v < mv) { mv = v; arg = c; }
+  }
+  return mv;
+}
+
+// the argmin c of step t (x = xv) for class j from a sequence's scratch: its best
+// predecessor is j + c·J
+template <int L, int K, int MODE>
+__device__ __forceinline__ int step_arg(const Codes<MODE>& code, const uint8_t* scratch, int t,
+                                        int j, float xv) {
+  constexpr int J = 1 << (L - K);
+  if constexpr (keeps_history(L, K)) {  // formed again from step t − 1's minima
+    int arg;
+    class_best<L, K, MODE>(code, j, xv, reinterpret_cast<const float*>(scratch) + (int64_t)(t - 1) * J, arg);
+    return arg;
+  } else {
+    return (int)scratch[(int64_t)t * J + class_pos<L, K>(j)];
+  }
+}
+
+// PASS: −1 both passes and their backtracks (one launch); 0 or 1 that forward pass alone,
+// its final state to links[2b] (pass 1's pinned class from links[2b + 1])
+template <int L, int K, int NT, int MODE, int PASS>
 __global__ void __launch_bounds__(NT)
 viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__ table, int T,
-                          uint8_t* __restrict__ bp_all, int64_t* __restrict__ states_out) {
+                          uint8_t* __restrict__ bp_all, int64_t* __restrict__ states_out,
+                          int32_t* __restrict__ links) {
   constexpr int C = 1 << K;
   constexpr int J = 1 << (L - K);
   constexpr int G = J / NT;  // classes per thread
@@ -396,12 +454,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
   float* hist = reinterpret_cast<float*>(bp);  // HIST: [T][J] minima of steps 0 … T − 1
   for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
-  // where class j's best cost (and backpointer) is stored: a group's rows h + S·r at
-  // j0·C + h·RW + r, so a thread's RW rows are consecutive
-  auto pos = [](int j) {
-    if constexpr (S == 1) return j;
-    else return (j & ~(C - 1)) + (j % S) * RW + (j & (C - 1)) / S;
-  };
+  auto pos = [](int j) { return class_pos<L, K>(j); };
   Codes<MODE> code;
   if constexpr (MODE == 0) code.table = table;
   // the first state (class j0·C + h + S·r) of this thread's row r of group j0; the row's
@@ -424,22 +477,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     }
   __syncthreads();
 
-  // the best cost of class j's C states j + c·J at x = xv over the costs `prev` of
-  // step t − 1, and its c (the first on ties)
-  auto class_best = [&](int j, float xv, const float* prev, int& arg) {
-    float mv = 0.f;
-    arg = 0;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const uint32_t s = j + c * J;
-      const float v = __fadd_rn(sq_err(code(s), xv), prev[pos(s >> K)]);
-      if (c == 0 || v < mv) { mv = v; arg = c; }
-    }
-    return mv;
-  };
-
-  int overlap = -1;
-  for (int pass = 0; pass < 2; ++pass) {
+  int overlap = PASS == 1 ? links[2 * b + 1] : -1;
+  for (int pass = PASS < 0 ? 0 : PASS; pass < (PASS < 0 ? 2 : PASS + 1); ++pass) {
     const int shift = pass == 0 ? T / 2 : 0;  // pass 0 runs on x rolled right by T/2
     // scratch rows the backtrack reads: pass 0 stops at T/2, so its first half is not kept
     const int keep_from = pass == 0 ? T / 2 : 0;
@@ -453,15 +492,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
       return xs[i];
     };
     // the argmin c of step t for class j: its best predecessor is j + c·J
-    auto arg_at = [&](int t, int j) {
-      if constexpr (HIST) {  // formed again from step t − 1's minima
-        int arg;
-        class_best(j, x_at(t), hist + (int64_t)(t - 1) * J, arg);
-        return arg;
-      } else {
-        return (int)bp[(int64_t)t * J + pos(j)];
-      }
-    };
+    auto arg_at = [&](int t, int j) { return step_arg<L, K, MODE>(code, bp, t, j, x_at(t)); };
     // pass 1's copies rewrite the rows pass 0's backtrack read (after the barriers since)
     if constexpr (BULK) if (tid == 0 && pass == 1) bulk_fence_global();
     // best_0: 0 (cost0 = d + 0 exactly) or +inf outside the pinned class
@@ -584,7 +615,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         for (int i = 0; i < G; ++i) {
           const int j = tid + i * NT;
           int arg;
-          const float mv = class_best(j, xv, cur, arg);
+          const float mv = class_best<L, K, MODE>(code, j, xv, cur, arg);
           if constexpr (DOUBLE) nxt[j] = mv;
           else m[i] = mv;
           if constexpr (KEEP) bp[(int64_t)t * J + j] = (uint8_t)arg;
@@ -634,7 +665,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         for (int w = 1; w < NT / 32; ++w)
           if (red_v[w] < bv || (red_v[w] == bv && red_s[w] < bs)) { bv = red_v[w]; bs = red_s[w]; }
         st[T - 1] = bs;
+        if constexpr (PASS >= 0) links[2 * b] = bs;
       }
+      if constexpr (PASS >= 0) return;  // the backtrack kernel takes it from here
       __syncthreads();
       // backtrack (the rolled pass only as far as the state aligned with x[0]) in rounds
       // of up to D steps: thread p < NB takes depth e < D and path i (the e argmins
@@ -674,13 +707,82 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   for (int i = tid; i < T; i += NT) orow[i] = st[i];
 }
 
+// One pass's backtrack (`split_backtrack`), a warp a sequence, in rounds of D steps as
+// the fused kernel's: lane p < NB takes depth e < D and one of the C^e paths the argmins
+// before it may take and forms that path's argmin at step t0 − e — a round's scratch
+// reads all in flight at once; every lane then follows the chosen path (the argmins by
+// shuffle). From the pass's final state links[2b]; pass 0 (rolled x) stops at T/2 and
+// leaves its class in links[2b + 1], pass 1 writes the states.
+constexpr int BT_WARPS = 4;  // sequences a backtrack block
+template <int L, int K, int MODE>
+__global__ void __launch_bounds__(32 * BT_WARPS)
+viterbi_backtrack_kernel(const float* __restrict__ x, const float* __restrict__ table, int T,
+                         int B, int pass, const uint8_t* __restrict__ bp_all,
+                         int32_t* __restrict__ links, int64_t* __restrict__ states_out) {
+  constexpr int C = 1 << K, J = 1 << (L - K);
+  constexpr int D = lookahead_steps(K, 32);
+  constexpr int NB = ((1 << (K * D)) - 1) / (C - 1);  // lanes a round
+  const int lane = threadIdx.x & 31;
+  const int64_t b = (int64_t)blockIdx.x * BT_WARPS + threadIdx.x / 32;
+  if (b >= B) return;  // (the whole warp)
+  const float* xrow = x + b * T;
+  const int shift = pass == 0 ? T / 2 : 0;
+  auto x_at = [&](int t) {
+    int i = t - 1 - shift;
+    i += i < 0 ? T : 0;
+    return __ldg(xrow + i);
+  };
+  const uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
+  Codes<MODE> code;
+  if constexpr (MODE == 0) code.table = table;
+  int s = links[2 * b];
+  int64_t* orow = states_out + b * T;
+  if (pass == 1 && lane == 0) orow[T - 1] = s;
+  const int stop = pass == 0 ? T / 2 : 0;
+  for (int t0 = T - 1; t0 > stop; t0 -= D) {
+    const int d = t0 - stop < D ? t0 - stop : D;
+    int a = 0;
+    if (lane < NB) {
+      int e = 0, base = 0, n = 1;
+      while (lane >= base + n) { base += n; n *= C; ++e; }
+      if (e < d) {
+        int sp = s;
+        for (int q = n / C, i = lane - base; q > 0; i %= q, q /= C) sp = (sp >> K) + (i / q) * J;
+        a = step_arg<L, K, MODE>(code, bp, t0 - e, sp >> K, x_at(t0 - e));
+      }
+    }
+    for (int e = 0, base = 0, i = 0; e < d; base = base * C + 1, ++e) {
+      const int ae = __shfl_sync(0xffffffffu, a, base + i);
+      s = (s >> K) + ae * J;
+      if (pass == 1 && lane == 0) orow[t0 - e - 1] = s;
+      i = i * C + ae;
+    }
+  }
+  if (pass == 0 && lane == 0) links[2 * b + 1] = s >> K;
+}
+
 #ifdef __CUDACC__
-// the kernel allowed the dynamic shared memory a block of T steps asks for (`smem`)
-template <int L, int K, int NT, int MODE>
+// the pass kernel (PASS) allowed the dynamic shared memory a block of T steps asks for
+template <int L, int K, int NT, int MODE, int PASS>
 static cudaError_t allow_smem(int T, size_t& smem) {
   smem = (size_t)smem_bytes(L, K, NT, T);
-  return cudaFuncSetAttribute(viterbi_tailbiting_kernel<L, K, NT, MODE>,
+  return cudaFuncSetAttribute(viterbi_tailbiting_kernel<L, K, NT, MODE, PASS>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+// one pass (PASS 0, 1) and its backtrack kernel, or both fused (PASS −1)
+template <int L, int K, int NT, int MODE, int PASS>
+static int launch_pass(const float* x, const float* table, int B, int T, uint8_t* bp,
+                       int64_t* states, int32_t* links, cudaStream_t stream) {
+  size_t smem;
+  cudaError_t e = allow_smem<L, K, NT, MODE, PASS>(T, smem);
+  if (e != cudaSuccess) return (int)e;
+  viterbi_tailbiting_kernel<L, K, NT, MODE, PASS><<<B, NT, smem, stream>>>(x, table, T, bp, states,
+                                                                           links);
+  if constexpr (PASS >= 0)
+    viterbi_backtrack_kernel<L, K, MODE><<<(B + BT_WARPS - 1) / BT_WARPS, 32 * BT_WARPS, 0, stream>>>(
+        x, table, T, B, PASS, bp, links, states);
+  return (int)cudaGetLastError();
 }
 
 template <int L, int K, int NT, int MODE>
@@ -688,21 +790,24 @@ static int launch_one(const float* x, const float* table, int B, int T, uint8_t*
                       int64_t* states, cudaStream_t stream) {
   static_assert(smem_bytes(L, K, NT, MAX_T) <= SMEM_BYTES, "shared-memory plan");
   if (smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T) return -2;
-  size_t smem;
-  cudaError_t e = allow_smem<L, K, NT, MODE>(T, smem);
-  if (e != cudaSuccess) return (int)e;
-  viterbi_tailbiting_kernel<L, K, NT, MODE><<<B, NT, smem, stream>>>(x, table, T, bp, states);
-  return (int)cudaGetLastError();
+  if constexpr (split_backtrack(L, K)) {
+    int32_t* links = reinterpret_cast<int32_t*>(bp + (int64_t)B * scratch_bytes(L, K, T));
+    const int rc = launch_pass<L, K, NT, MODE, 0>(x, table, B, T, bp, states, links, stream);
+    return rc ? rc : launch_pass<L, K, NT, MODE, 1>(x, table, B, T, bp, states, links, stream);
+  } else {
+    return launch_pass<L, K, NT, MODE, -1>(x, table, B, T, bp, states, nullptr, stream);
+  }
 }
 
-// blocks of one kernel resident on an SM at once (0 where the query fails)
+// blocks of one (forward) kernel resident on an SM at once (0 where the query fails)
 template <int L, int K, int NT, int MODE>
 static int blocks_per_sm(int T) {
+  constexpr int PASS = split_backtrack(L, K) ? 0 : -1;
   size_t smem;
   int n = 0;
-  if (allow_smem<L, K, NT, MODE>(T, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, viterbi_tailbiting_kernel<L, K, NT, MODE>,
-                                                    NT, smem) != cudaSuccess)
+  if (allow_smem<L, K, NT, MODE, PASS>(T, smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &n, viterbi_tailbiting_kernel<L, K, NT, MODE, PASS>, NT, smem) != cudaSuccess)
     return 0;
   return n;
 }
@@ -720,7 +825,9 @@ static int blocks_per_sm(int T) {
   CASE(16, 3, FN, __VA_ARGS__) CASE(16, 4, FN, __VA_ARGS__)
 
 // global scratch bytes a sequence (the caller's `bp` holds B of them)
-extern "C" int64_t tq_viterbi_scratch_bytes(int L, int k, int T) { return scratch_bytes(L, k, T); }
+extern "C" int64_t tq_viterbi_scratch_bytes(int L, int k, int T) {
+  return launch_scratch_bytes(L, k, T);
+}
 
 // blocks (sequences) of the (L, k, mode) kernel an SM runs at once: a launch of
 // SMs × this many sequences is one full wave
