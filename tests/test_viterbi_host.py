@@ -21,9 +21,12 @@ from tqbuild.kernels.viterbi_cuda import MODES
                                         ("TQ_VIT_HIST=2", "TQ_VIT_BUF3=1"),
                                         ("TQ_VIT_SPLIT=0", "TQ_VIT_SWZ=0", "TQ_VIT_TREE=0"),
                                         ("TQ_VIT_SPLIT=0",), ("TQ_VIT_ROWS=4", "TQ_VIT_HIST=1"),
-                                        ("TQ_VIT_BT=0",), ("TQ_VIT_BT=0", "TQ_VIT_HIST=2")],
+                                        ("TQ_VIT_BT=0",), ("TQ_VIT_BT=0", "TQ_VIT_HIST=2"),
+                                        ("TQ_VIT_HIST=2", "TQ_VIT_HSTEP=2"),
+                                        ("TQ_VIT_HIST=2", "TQ_VIT_HSTEP=2", "TQ_VIT_BUF3=1")],
                 ids=["default", "neither", "rows0", "hist1", "hist2", "reg1-hist2", "hist2-buf3",
-                     "plain", "split0", "rows4-hist1", "fused", "fused-hist2"])
+                     "plain", "split0", "rows4-hist1", "fused", "fused-hist2", "hist2-step2",
+                     "hist2-step2-buf3"])
 def harness(request, tmp_path_factory) -> Path:
     """The kernel as built (codes of a group a thread in registers at k = 2, 3, the
     first rows of the first computed group in shared memory, backpointers at k = 2, 3 and
@@ -34,7 +37,8 @@ def harness(request, tmp_path_factory) -> Path:
     bulk with three cost buffers); with none of split, rotation and tournament; with one
     thread a group at k = 4; with at most 4 cached rows and the minima kept; with the
     L = 16 backtrack in the forward kernel's block instead of its own kernel (with
-    backpointers, with bulk-copied minima)."""
+    backpointers, with bulk-copied minima); with every other step's minima kept (with two
+    and with three cost buffers)."""
     return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"),
                               request.param)
 
@@ -59,7 +63,8 @@ def kernel_states(exe: Path, tmp: Path, x: torch.Tensor, L: int, k: int, code: s
 
 @pytest.mark.parametrize("L,k,code,T", [(16, 2, "mul1", 256), (16, 3, "mul1", 256),
                                         (16, 4, "1mad", 64), (16, 3, "3inst", 48),
-                                        (12, 3, "1mad", 128), (12, 2, "mul1", 64)])
+                                        (16, 2, "1mad", 54), (12, 3, "1mad", 128),
+                                        (12, 2, "mul1", 64)])
 def test_kernel_states_equal_torch(harness, tmp_path, L, k, code, T):
     x = torch.randn(2, T, generator=torch.Generator().manual_seed(L + k + T))
     assert torch.equal(kernel_states(harness, tmp_path, x, L, k, code),

@@ -30,8 +30,10 @@ for step in "$@"; do
     vreg) # L = 16 compile-time variants (VVARIANTS: ';'-separated define sets; default: codes
           # in registers, class minima kept instead of backpointers, both): the CUDA tests
           # under each, then bench/viterbi_cuda.py --ls 16 for each beside the default
+          # (VTESTS: the define sets whose tests run, default all of VVARIANTS)
           IFS=';' read -ra vs <<< "${VVARIANTS:--DTQ_VIT_REG=1 -DTQ_VIT_HIST=1;-DTQ_VIT_REG=1;-DTQ_VIT_HIST=1}"
-          for v in "${vs[@]}"; do
+          IFS=';' read -ra vts <<< "${VTESTS:-${VVARIANTS:-}}"
+          for v in "${vts[@]}"; do
             echo "--- tests with $v"
             TQBUILD_VITERBI_FLAGS="$v" timeout "${TESTS_S:-300}" python3 -m pytest -q -x \
               tests/test_viterbi_cuda.py -k "16" 2>&1 | tail -3

@@ -146,6 +146,11 @@ inline float __uint_as_float(uint32_t u) {
   return f;
 }
 inline float __int_as_float(int32_t i) { return __uint_as_float((uint32_t)i); }
+inline int32_t __float_as_int(float f) {
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
 inline uint32_t __float_as_uint(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -288,10 +288,38 @@ __host__ __device__ constexpr bool keeps_history(int L, int K) {
   return grouped(L, K) && hist_on(K);
 }
 
-// global scratch a sequence: T steps of J backpointer bytes, or of J float32 minima
-__host__ __device__ constexpr int64_t scratch_bytes(int L, int K, int T) {
-  return (int64_t)T * (1 << (L - K)) * (keeps_history(L, K) ? 4 : 1);
+// TQ_VIT_BT: at L = 16, k ≥ 2 each pass's backtrack runs in a kernel of its own, a warp
+// a sequence (`viterbi_backtrack_kernel`): the forward kernel's block — one an SM — no
+// longer idles through the backtrack's rounds of dependent global reads, and many
+// sequences' reads overlap. 0: the fused kernel's in-block backtrack.
+#ifndef TQ_VIT_BT
+#define TQ_VIT_BT 1
+#endif
+__host__ __device__ constexpr bool split_backtrack(int L, int K) { return grouped(L, K) && TQ_VIT_BT; }
+// TQ_VIT_HSTEP: where the minima leave by bulk copies (and the backtrack has its own
+// kernel), only every HS-th step's row is kept (HS = 1, 2): the backtrack forms a missing
+// row's C minima it needs again from the row before (C·C costs, C lanes a path) — half
+// the global writes. 1: every row.
+#ifndef TQ_VIT_HSTEP
+#define TQ_VIT_HSTEP 1
+#endif
+__host__ __device__ constexpr int hist_stride(int L, int K) {
+  return keeps_history(L, K) && hist_bulk(K) && split_backtrack(L, K) ? TQ_VIT_HSTEP : 1;
 }
+static_assert(TQ_VIT_HSTEP == 1 || TQ_VIT_HSTEP == 2, "history stride");
+
+// global scratch a sequence: T steps of J backpointer bytes, or ⌈T / HS⌉ rows of J float32
+// minima (row r of step r at r / HS)
+__host__ __device__ constexpr int64_t scratch_bytes(int L, int K, int T) {
+  return keeps_history(L, K) ? (int64_t)((T + hist_stride(L, K) - 1) / hist_stride(L, K)) * (1 << (L - K)) * 4
+                             : (int64_t)T * (1 << (L - K));
+}
+// global scratch a launch asks for a sequence: the steps' and, with the backtrack kernel,
+// two int32 links (the pass's final state, pass 0's overlap class) after all B sequences'
+__host__ __device__ constexpr int64_t launch_scratch_bytes(int L, int K, int T) {
+  return scratch_bytes(L, K, T) + (split_backtrack(L, K) ? 8 : 0);
+}
+
 
 // TQ_VIT_BUF3: where the minima leave by bulk copies, three best-cost buffers, so that a
 // step's copy may read its row while the next two steps run (0 off)
@@ -353,20 +381,6 @@ __host__ __device__ constexpr int lookahead_steps(int K, int NT) {
   return d;
 }
 
-// TQ_VIT_BT: at L = 16, k ≥ 2 each pass's backtrack runs in a kernel of its own, a warp
-// a sequence (`viterbi_backtrack_kernel`): the forward kernel's block — one an SM — no
-// longer idles through the backtrack's rounds of dependent global reads, and many
-// sequences' reads overlap. 0: the fused kernel's in-block backtrack.
-#ifndef TQ_VIT_BT
-#define TQ_VIT_BT 1
-#endif
-__host__ __device__ constexpr bool split_backtrack(int L, int K) { return grouped(L, K) && TQ_VIT_BT; }
-// global scratch a launch asks for a sequence: the steps' and, with the backtrack kernel,
-// two int32 links (the pass's final state, pass 0's overlap class) after all B sequences'
-__host__ __device__ constexpr int64_t launch_scratch_bytes(int L, int K, int T) {
-  return scratch_bytes(L, K, T) + (split_backtrack(L, K) ? 8 : 0);
-}
-
 // where class j's best cost (and backpointer) is stored: a group's rows h + S·r at
 // j0·C + h·RW + r, so a thread's RW rows are consecutive
 template <int L, int K>
@@ -393,6 +407,12 @@ __device__ __forceinline__ float class_best(const Codes<MODE>& code, int j, floa
   return mv;
 }
 
+// a history's row r (a kept one): step r's class minima
+template <int L, int K>
+__device__ __forceinline__ const float* hist_row(const uint8_t* scratch, int r) {
+  return reinterpret_cast<const float*>(scratch) + (int64_t)(r / hist_stride(L, K)) * (1 << (L - K));
+}
+
 // the argmin c of step t (x = xv) for class j from a sequence's scratch: its best
 // predecessor is j + c·J
 template <int L, int K, int MODE>
@@ -401,11 +421,21 @@ __device__ __forceinline__ int step_arg(const Codes<MODE>& code, const uint8_t* 
   constexpr int J = 1 << (L - K);
   if constexpr (keeps_history(L, K)) {  // formed again from step t − 1's minima
     int arg;
-    class_best<L, K, MODE>(code, j, xv, reinterpret_cast<const float*>(scratch) + (int64_t)(t - 1) * J, arg);
+    class_best<L, K, MODE>(code, j, xv, hist_row<L, K>(scratch, t - 1), arg);
     return arg;
   } else {
     return (int)scratch[(int64_t)t * J + class_pos<L, K>(j)];
   }
+}
+
+// with a strided history, the cost of state s at step t (x_t = xv) where row t − 1 was not
+// kept: the minimum of s's class at step t − 1 (x = xp) formed again from row t − 2
+template <int L, int K, int MODE>
+__device__ __forceinline__ float state_cost(const Codes<MODE>& code, const uint8_t* scratch, int t,
+                                            uint32_t s, float xv, float xp) {
+  int unused;
+  const float m = class_best<L, K, MODE>(code, s >> K, xp, hist_row<L, K>(scratch, t - 2), unused);
+  return __fadd_rn(sq_err(code(s), xv), m);
 }
 
 // PASS: −1 both passes and their backtracks (one launch); 0 or 1 that forward pass alone,
@@ -451,8 +481,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   const float* xrow = x + b * T;
   constexpr bool HIST = keeps_history(L, K);
   constexpr bool BULK = HIST && hist_bulk(K);
+  constexpr int HS = hist_stride(L, K);
   uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
-  float* hist = reinterpret_cast<float*>(bp);  // HIST: [T][J] minima of steps 0 … T − 1
+  float* hist = reinterpret_cast<float*>(bp);  // HIST: step r's minima at row r / HS
   for (int i = tid; i < T; i += NT) xs[i] = xrow[i];
   auto pos = [](int j) { return class_pos<L, K>(j); };
   Codes<MODE> code;
@@ -482,6 +513,8 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
     const int shift = pass == 0 ? T / 2 : 0;  // pass 0 runs on x rolled right by T/2
     // scratch rows the backtrack reads: pass 0 stops at T/2, so its first half is not kept
     const int keep_from = pass == 0 ? T / 2 : 0;
+    // the history rows kept: every HS-th from keep_from
+    auto kept = [&](int r) { return r >= keep_from && (HS == 1 || (r - keep_from) % HS == 0); };
     float* cur = best;
     float* nxt = DOUBLE ? best + J : best;
     float* spare = best + 2 * J;  // NBUF = 3: the buffer whose copy may still be reading
@@ -621,14 +654,19 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
           if constexpr (KEEP) bp[(int64_t)t * J + j] = (uint8_t)arg;
         }
       }
-      if constexpr (BULK && KEEP) {  // nxt to hist row t, once the block has written it
-        bulk_fence_smem();
+      // BULK: nxt to hist row t (where kept), once the block has written it
+      [[maybe_unused]] const bool copy = HS == 1 || kept(t);
+      if constexpr (BULK && KEEP) {
+        if (copy) bulk_fence_smem();
         // the copy that read the buffer step t + 1 writes is done: step t − 1's (cur),
-        // with three buffers step t − 2's (spare; step t − 1's may go on)
-        if (tid == 0) bulk_wait_read<NBUF - 2>();
+        // with three buffers step t − 2's (spare; step t − 1's, if kept, may go on)
+        if (tid == 0) {
+          if (NBUF == 3 && kept(t - 1)) bulk_wait_read<1>();
+          else bulk_wait_read<0>();
+        }
       }
       __syncthreads();
-      if constexpr (BULK && KEEP) if (tid == 0) bulk_store(hist + (int64_t)t * J, nxt, 4 * J);
+      if constexpr (BULK && KEEP) if (tid == 0 && copy) bulk_store(hist + (int64_t)(t / HS) * J, nxt, 4 * J);
       if constexpr (NBUF == 3) {
         float* tmp = cur; cur = nxt; nxt = spare; spare = tmp;
       } else if constexpr (DOUBLE) {
@@ -707,21 +745,21 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
   for (int i = tid; i < T; i += NT) orow[i] = st[i];
 }
 
-// One pass's backtrack (`split_backtrack`), a warp a sequence, in rounds of D steps as
-// the fused kernel's: lane p < NB takes depth e < D and one of the C^e paths the argmins
-// before it may take and forms that path's argmin at step t0 − e — a round's scratch
-// reads all in flight at once; every lane then follows the chosen path (the argmins by
-// shuffle). From the pass's final state links[2b]; pass 0 (rolled x) stops at T/2 and
-// leaves its class in links[2b + 1], pass 1 writes the states.
+// One pass's backtrack (`split_backtrack`), a warp a sequence, in rounds of d steps as
+// the fused kernel's: a lane takes depth e < d and one of the C^e paths the argmins before
+// it may take and forms that path's argmin at step t0 − e — or, where row t0 − e − 1 of a
+// strided history was not kept, C lanes a path each one candidate's cost — so a round's
+// scratch reads are all in flight at once; every lane then follows the chosen path (the
+// argmins, or the costs, by shuffle). d: as many steps as 32 lanes take. From the pass's
+// final state links[2b]; pass 0 (rolled x) stops at T/2 and leaves its class in
+// links[2b + 1], pass 1 writes the states.
 constexpr int BT_WARPS = 4;  // sequences a backtrack block
 template <int L, int K, int MODE>
 __global__ void __launch_bounds__(32 * BT_WARPS)
 viterbi_backtrack_kernel(const float* __restrict__ x, const float* __restrict__ table, int T,
                          int B, int pass, const uint8_t* __restrict__ bp_all,
                          int32_t* __restrict__ links, int64_t* __restrict__ states_out) {
-  constexpr int C = 1 << K, J = 1 << (L - K);
-  constexpr int D = lookahead_steps(K, 32);
-  constexpr int NB = ((1 << (K * D)) - 1) / (C - 1);  // lanes a round
+  constexpr int C = 1 << K, J = 1 << (L - K), HS = hist_stride(L, K);
   const int lane = threadIdx.x & 31;
   const int64_t b = (int64_t)blockIdx.x * BT_WARPS + threadIdx.x / 32;
   if (b >= B) return;  // (the whole warp)
@@ -735,28 +773,48 @@ viterbi_backtrack_kernel(const float* __restrict__ x, const float* __restrict__ 
   const uint8_t* bp = bp_all + b * scratch_bytes(L, K, T);
   Codes<MODE> code;
   if constexpr (MODE == 0) code.table = table;
+  const int stop = pass == 0 ? T / 2 : 0;  // = the pass's first kept row
+  // lanes a path at step t: 1, or C where row t − 1 was not kept (then row t − 2 was)
+  auto width = [&](int t) { return HS == 1 || (t - 1 - stop) % HS == 0 ? 1 : C; };
   int s = links[2 * b];
   int64_t* orow = states_out + b * T;
   if (pass == 1 && lane == 0) orow[T - 1] = s;
-  const int stop = pass == 0 ? T / 2 : 0;
-  for (int t0 = T - 1; t0 > stop; t0 -= D) {
-    const int d = t0 - stop < D ? t0 - stop : D;
-    int a = 0;
-    if (lane < NB) {
+  for (int t0 = T - 1; t0 > stop;) {
+    int d = 0;
+    for (int lanes = 0, n = 1; d < t0 - stop && lanes + n * width(t0 - d) <= 32; n *= C, ++d)
+      lanes += n * width(t0 - d);
+    int a = 0;  // this lane's argmin, or (as bits) its candidate's cost
+    {
       int e = 0, base = 0, n = 1;
-      while (lane >= base + n) { base += n; n *= C; ++e; }
+      while (e < d && lane >= base + n * width(t0 - e)) { base += n * width(t0 - e); n *= C; ++e; }
       if (e < d) {
+        const int t = t0 - e, w = width(t), i = (lane - base) / w;
         int sp = s;
-        for (int q = n / C, i = lane - base; q > 0; i %= q, q /= C) sp = (sp >> K) + (i / q) * J;
-        a = step_arg<L, K, MODE>(code, bp, t0 - e, sp >> K, x_at(t0 - e));
+        for (int q = n / C, r = i; q > 0; r %= q, q /= C) sp = (sp >> K) + (r / q) * J;
+        if (w == 1) a = step_arg<L, K, MODE>(code, bp, t, sp >> K, x_at(t));
+        else a = __float_as_int(state_cost<L, K, MODE>(code, bp, t, (uint32_t)((sp >> K) + (lane - base) % w * J),
+                                                       x_at(t), x_at(t - 1)));
       }
     }
-    for (int e = 0, base = 0, i = 0; e < d; base = base * C + 1, ++e) {
-      const int ae = __shfl_sync(0xffffffffu, a, base + i);
+    for (int e = 0, base = 0, n = 1, i = 0; e < d; ++e) {
+      const int w = width(t0 - e);
+      int ae = 0;
+      if (w == 1) {
+        ae = __shfl_sync(0xffffffffu, a, base + i);
+      } else {  // the first of the C candidates' smallest cost
+        float mv = 0.f;
+        for (int c = 0; c < C; ++c) {
+          const float v = __int_as_float(__shfl_sync(0xffffffffu, a, base + i * C + c));
+          if (c == 0 || v < mv) { mv = v; ae = c; }
+        }
+      }
       s = (s >> K) + ae * J;
       if (pass == 1 && lane == 0) orow[t0 - e - 1] = s;
+      base += n * w;
+      n *= C;
       i = i * C + ae;
     }
+    t0 -= d;
   }
   if (pass == 0 && lane == 0) links[2 * b + 1] = s >> K;
 }
