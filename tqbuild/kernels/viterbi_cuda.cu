@@ -1,7 +1,8 @@
 // Tail-biting Viterbi for QTIP's bitshift trellis, one CUDA block per T-block.
 //
-// The whole call is one launch: the rolled pass, its backtrack to the overlap
-// state, the pinned pass, its backtrack, the states written out. Every cost is
+// One launch does the rolled pass, its backtrack to the overlap state, the pinned
+// pass, its backtrack and writes the states — at L = 16, k ≥ 2 four (`split_backtrack`):
+// each pass, then its backtrack in a kernel of its own, a warp a sequence. Every cost is
 // formed with the same float32 operations as kernels/viterbi.py (code − x,
 // squared, + best predecessor cost; each rounded on its own, no FMA), ties go to
 // the smallest predecessor c and the smallest final state, so the states equal
@@ -21,9 +22,10 @@
 // min and argmin are a tournament; the new costs' 16-byte stores go in a rotated order
 // so that a warp's stores hit distinct banks.
 // Backpointers (c, one byte per class and step) go to global memory — or, where
-// `keeps_history` (k = 4), each step's class minima, copied out by one bulk copy a step,
-// from which the backtrack forms its argmin (the forward pass then takes no argmin) —
-// only for the steps a backtrack reads (the rolled pass's first half takes no argmin).
+// `keeps_history` (k = 4), each step's class minima (or every other step's:
+// `hist_stride`), copied out by one bulk copy a step, from which the backtrack forms its
+// argmin (the forward pass then takes no argmin) — only for the steps a backtrack reads
+// (the rolled pass's first half takes no argmin).
 // The backtrack runs in rounds of D steps: the block reads the scratch of every path
 // D steps deep at once, then one thread follows the chosen one (D dependent global
 // reads become one).

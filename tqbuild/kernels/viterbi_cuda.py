@@ -1,6 +1,7 @@
 """The fused CUDA tail-biting Viterbi (`viterbi_cuda.cu`): built on first CUDA use
 with nvcc into a cached shared library and called through ctypes on torch's
-current stream — one launch per call, no host sync. Never built at install
+current stream — one launch per chunk of sequences (four at L = 16, k ≥ 2: each
+pass's forward kernel, then its backtrack kernel), no host sync. Never built at install
 time; where nvcc or the build is missing, `available()` is False and the
 callers keep the Triton / torch paths (warned once). TQBUILD_VITERBI_FLAGS adds
 nvcc defines (benchmark variants, e.g. "-DTQ_VIT_REG=1"; part of the cache key).
@@ -21,7 +22,8 @@ from . import nvcc
 SOURCE = Path(__file__).with_suffix(".cu")
 CASES = {12: (1, 2, 3, 4), 16: (1, 2, 3, 4)}
 BP_BUDGET = 4 << 30  # bytes of global scratch per launch (T·2^(L−k) backpointers a block,
-# or 4× that as float32 minima under TQ_VIT_HIST: `tq_viterbi_scratch_bytes`)
+# or 4× that as float32 minima under TQ_VIT_HIST, and the backtrack kernel's 8 bytes of
+# links: `tq_viterbi_scratch_bytes`)
 MAX_T_L16 = 1024  # the L = 16 kernels' shared-memory plan (MAX_T in the .cu)
 
 _lib = None
