@@ -245,7 +245,7 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 #define TQ_VIT_HIST -1
 #endif
 __host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K <= 3 : TQ_VIT_REG > 0; }
-__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST < 0 ? K == 4 : TQ_VIT_HIST > 0; }
+__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST < 0 || TQ_VIT_HIST > 0; }
 // how the minima leave: by one bulk copy a step (else each thread stores its own)
 __host__ __device__ constexpr bool hist_bulk(int K) { return TQ_VIT_HIST < 0 || TQ_VIT_HIST == 2; }
 
@@ -302,13 +302,14 @@ __host__ __device__ constexpr bool split_backtrack(int L, int K) { return groupe
 // kernel), only every HS-th step's row is kept (HS = 1, 2): the backtrack forms a missing
 // row's C minima it needs again from the row before (C·C costs, C lanes a path) — half
 // the global writes. 1: every row.
-#ifndef TQ_VIT_HSTEP
-#define TQ_VIT_HSTEP 1
+#ifndef TQ_VIT_HSTEP  // −1: 2 at k = 2
+#define TQ_VIT_HSTEP -1
 #endif
 __host__ __device__ constexpr int hist_stride(int L, int K) {
-  return keeps_history(L, K) && hist_bulk(K) && split_backtrack(L, K) ? TQ_VIT_HSTEP : 1;
+  return !(keeps_history(L, K) && hist_bulk(K) && split_backtrack(L, K)) ? 1
+         : TQ_VIT_HSTEP < 0 ? (K == 2 ? 2 : 1) : TQ_VIT_HSTEP;
 }
-static_assert(TQ_VIT_HSTEP == 1 || TQ_VIT_HSTEP == 2, "history stride");
+static_assert(TQ_VIT_HSTEP <= 2, "history stride");
 
 // global scratch a sequence: T steps of J backpointer bytes, or ⌈T / HS⌉ rows of J float32
 // minima (row r of step r at r / HS)
@@ -325,12 +326,12 @@ __host__ __device__ constexpr int64_t launch_scratch_bytes(int L, int K, int T) 
 
 // TQ_VIT_BUF3: where the minima leave by bulk copies, three best-cost buffers, so that a
 // step's copy may read its row while the next two steps run (0 off)
-#ifndef TQ_VIT_BUF3
-#define TQ_VIT_BUF3 0
+#ifndef TQ_VIT_BUF3  // −1: at k = 3
+#define TQ_VIT_BUF3 -1
 #endif
 // best-cost buffers in shared memory
 __host__ __device__ constexpr int cost_buffers(int L, int K) {
-  return !double_buffered(L, K) ? 1 : TQ_VIT_BUF3 && keeps_history(L, K) && hist_bulk(K) ? 3 : 2;
+  return !double_buffered(L, K) ? 1 : (TQ_VIT_BUF3 < 0 ? K == 3 : TQ_VIT_BUF3 > 0) && keeps_history(L, K) && hist_bulk(K) ? 3 : 2;
 }
 
 // shared memory besides the cached codes: best costs, x and states of xst steps, the
