@@ -193,6 +193,18 @@ def test_launch_sizes_hold_whole_waves_within_the_budget(B, cap, wave):
     assert len({n for n in sizes[:-1]}) <= 1  # spread evenly
 
 
+@pytest.mark.parametrize("total_gb,budget_gb", [(80, 10), (141, 16), (24, 3), (4, 1)])
+def test_scratch_budget_is_an_eighth_of_the_device_within_1_to_16_gb(monkeypatch, total_gb,
+                                                                     budget_gb):
+    class Props:
+        total_memory = total_gb << 30
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
+    assert viterbi_cuda.scratch_budget(torch.device("cuda")) == budget_gb << 30
+    monkeypatch.setattr(viterbi_cuda, "BP_BUDGET", 12345)
+    assert viterbi_cuda.scratch_budget(torch.device("cuda")) == 12345
+
+
 @needs_cuda
 @pytest.mark.parametrize("L,k", [(12, 3), (16, 3), (16, 4)])
 def test_wave_sized_launches_give_the_same_states(monkeypatch, L, k):

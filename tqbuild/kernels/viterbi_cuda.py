@@ -21,9 +21,9 @@ from . import nvcc
 
 SOURCE = Path(__file__).with_suffix(".cu")
 CASES = {12: (1, 2, 3, 4), 16: (1, 2, 3, 4)}
-BP_BUDGET = 4 << 30  # bytes of global scratch per launch (T·2^(L−k) backpointers a block,
-# or 4× that as float32 minima under TQ_VIT_HIST, and the backtrack kernel's 8 bytes of
-# links: `tq_viterbi_scratch_bytes`)
+BP_BUDGET: int | None = None  # bytes of global scratch a launch (T·2^(L−k) backpointers a
+# block, or 4 bytes a class minimum of each kept step, and the backtrack kernel's 8 bytes of
+# links: `tq_viterbi_scratch_bytes`); None: `scratch_budget`
 MAX_T_L16 = 1024  # the L = 16 kernels' shared-memory plan (MAX_T in the .cu)
 
 _lib = None
@@ -80,6 +80,17 @@ def launch_sizes(B: int, cap: int, wave: int) -> list[int]:
     return [min(chunk, B - a) for a in range(0, B, chunk)]
 
 
+def scratch_budget(device: torch.device) -> int:
+    """Scratch bytes a launch: an eighth of the device's memory, 1 to 16 GB (BP_BUDGET
+    where set). Each launch of the L = 16, k >= 2 kernels ends with a backtrack kernel
+    whose time hardly depends on its sequences, and a partly filled last wave: fewer,
+    larger launches waste less of both (4 GB held 511 sequences a launch at k = 3)."""
+    if BP_BUDGET is not None:
+        return BP_BUDGET
+    total = torch.cuda.get_device_properties(device).total_memory
+    return int(min(16 << 30, max(1 << 30, total // 8)))
+
+
 def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, code: str
                        ) -> torch.Tensor:
     """x [B, T] float32 (CUDA, finite) -> int64 states [B, T], both passes fused."""
@@ -94,7 +105,7 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     if os.environ.get("TQBUILD_VITERBI_WAVES") == "1":
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         wave = sms * int(_lib.tq_viterbi_blocks_per_sm(L, k, mode, T))
-    sizes = launch_sizes(B, BP_BUDGET // per, wave)
+    sizes = launch_sizes(B, scratch_budget(x.device) // per, wave)
     bp = torch.empty(max(sizes, default=0) * per, dtype=torch.uint8, device=x.device)
     stream = nvcc.stream_of(x)
     a = 0
