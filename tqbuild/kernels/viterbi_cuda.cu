@@ -235,9 +235,9 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 // of backpointers (below): 1 stored by each thread, 2 by one bulk copy a step
 // (`bulk_store`). Each 1 (or 2) on for every k, 0 off; by default (−1) what measured
 // fastest (L = 16 mul1, 65536 sequences): registers at k = 2, 3 (H200,
-// bench/results/viterbi_cuda-cuda-s10rv*.json: k = 2 23.2 M weights/s, k = 3 25.8), the
-// minima by bulk copies at k = 4 (H100, -s12v*.json: 23.9 → 29.9; at k = 3 25.6 → 25.7,
-// at k = 2 23.1 → 16.9: 32 and 64 KB of minima a step — the copies' global writes bind).
+// bench/results/viterbi_cuda-cuda-s10rv*.json), the minima by bulk copies at every k (H100,
+// -s12v*.json, -s13v*.json: with the backtrack kernel, k = 4 30.9; k = 3 27.7 → 33.6 with
+// three buffers; k = 2 25.0 → 28.5 keeping every other step's, `hist_stride`).
 #ifndef TQ_VIT_REG
 #define TQ_VIT_REG -1
 #endif
@@ -302,7 +302,7 @@ __host__ __device__ constexpr bool split_backtrack(int L, int K) { return groupe
 // kernel), only every HS-th step's row is kept (HS = 1, 2): the backtrack forms a missing
 // row's C minima it needs again from the row before (C·C costs, C lanes a path) — half
 // the global writes. 1: every row.
-#ifndef TQ_VIT_HSTEP  // −1: 2 at k = 2
+#ifndef TQ_VIT_HSTEP  // −1: 2 at k = 2, else 1
 #define TQ_VIT_HSTEP -1
 #endif
 __host__ __device__ constexpr int hist_stride(int L, int K) {
@@ -323,10 +323,9 @@ __host__ __device__ constexpr int64_t launch_scratch_bytes(int L, int K, int T) 
   return scratch_bytes(L, K, T) + (split_backtrack(L, K) ? 8 : 0);
 }
 
-
 // TQ_VIT_BUF3: where the minima leave by bulk copies, three best-cost buffers, so that a
-// step's copy may read its row while the next two steps run (0 off)
-#ifndef TQ_VIT_BUF3  // −1: at k = 3
+// step's copy may read its row while the next two steps run (0 off, 1 on; −1: at k = 3)
+#ifndef TQ_VIT_BUF3
 #define TQ_VIT_BUF3 -1
 #endif
 // best-cost buffers in shared memory
