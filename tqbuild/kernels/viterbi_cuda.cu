@@ -22,13 +22,13 @@
 // min and argmin are a tournament; the new costs' 16-byte stores go in a rotated order
 // so that a warp's stores hit distinct banks.
 // Backpointers (c, one byte per class and step) go to global memory — or, where
-// `keeps_history` (k = 4), each step's class minima (or every other step's:
-// `hist_stride`), copied out by one bulk copy a step, from which the backtrack forms its
-// argmin (the forward pass then takes no argmin) — only for the steps a backtrack reads
-// (the rolled pass's first half takes no argmin).
-// The backtrack runs in rounds of D steps: the block reads the scratch of every path
-// D steps deep at once, then one thread follows the chosen one (D dependent global
-// reads become one).
+// `keeps_history` (L = 16, k ≥ 2), each step's class minima (at k = 2 every other
+// step's: `hist_stride`), copied out by one bulk copy a step, from which the backtrack
+// forms its argmin (the forward pass then takes no argmin) — only for the steps a
+// backtrack reads (the rolled pass's first half takes no argmin).
+// The backtrack runs in rounds of D steps: the block (or the backtrack kernel's warp)
+// reads the scratch of every path D steps deep at once, then follows the chosen one (D
+// dependent global reads become one).
 //
 // The kernel also builds for the host under tests/simt (a SIMT emulator), where its
 // states are checked against the torch path without a GPU.
