@@ -14,31 +14,39 @@ import torch
 from tqbuild.kernels import viterbi
 from tqbuild.kernels.viterbi_cuda import MODES
 
+# (defines, id, fast): the fast builds run in every suite, the others with -m slow — each
+# build compiles for ~10 s and runs 11 cases
+BUILDS = [((), "default", True),
+          (("TQ_VIT_REG=0", "TQ_VIT_HIST=0"), "neither", True),
+          (("TQ_VIT_ROWS=0",), "rows0", False),
+          (("TQ_VIT_HIST=1",), "hist1", False),
+          (("TQ_VIT_HIST=2", "TQ_VIT_BUF3=0", "TQ_VIT_HSTEP=1"), "hist2", False),
+          (("TQ_VIT_REG=1", "TQ_VIT_HIST=2"), "reg1-hist2", False),
+          (("TQ_VIT_HIST=2", "TQ_VIT_BUF3=1", "TQ_VIT_HSTEP=1"), "hist2-buf3", False),
+          (("TQ_VIT_SPLIT=0", "TQ_VIT_SWZ=0", "TQ_VIT_TREE=0"), "plain", False),
+          (("TQ_VIT_SPLIT=0",), "split0", False),
+          (("TQ_VIT_ROWS=4", "TQ_VIT_HIST=1"), "rows4-hist1", False),
+          (("TQ_VIT_BT=0", "TQ_VIT_HIST=0"), "fused", True),
+          (("TQ_VIT_BT=0", "TQ_VIT_HIST=2"), "fused-hist2", False),
+          (("TQ_VIT_HIST=2", "TQ_VIT_HSTEP=2", "TQ_VIT_BUF3=0"), "hist2-step2", False),
+          (("TQ_VIT_HIST=2", "TQ_VIT_HSTEP=2", "TQ_VIT_BUF3=1"), "hist2-step2-buf3", True)]
 
-@pytest.fixture(scope="module", params=[(), ("TQ_VIT_REG=0", "TQ_VIT_HIST=0"), ("TQ_VIT_ROWS=0",),
-                                        ("TQ_VIT_HIST=1",), ("TQ_VIT_HIST=2",),
-                                        ("TQ_VIT_REG=1", "TQ_VIT_HIST=2"),
-                                        ("TQ_VIT_HIST=2", "TQ_VIT_BUF3=1"),
-                                        ("TQ_VIT_SPLIT=0", "TQ_VIT_SWZ=0", "TQ_VIT_TREE=0"),
-                                        ("TQ_VIT_SPLIT=0",), ("TQ_VIT_ROWS=4", "TQ_VIT_HIST=1"),
-                                        ("TQ_VIT_BT=0",), ("TQ_VIT_BT=0", "TQ_VIT_HIST=2"),
-                                        ("TQ_VIT_HIST=2", "TQ_VIT_HSTEP=2"),
-                                        ("TQ_VIT_HIST=2", "TQ_VIT_HSTEP=2", "TQ_VIT_BUF3=1")],
-                ids=["default", "neither", "rows0", "hist1", "hist2", "reg1-hist2", "hist2-buf3",
-                     "plain", "split0", "rows4-hist1", "fused", "fused-hist2", "hist2-step2",
-                     "hist2-step2-buf3"])
+
+@pytest.fixture(scope="module", params=[
+    pytest.param(d, id=i, marks=() if fast else pytest.mark.slow) for d, i, fast in BUILDS])
 def harness(request, tmp_path_factory) -> Path:
     """The kernel as built (codes of a group a thread in registers at k = 2, 3, the
-    first rows of the first computed group in shared memory, backpointers at k = 2, 3 and
-    at k = 4 the class minima copied out by one bulk copy a step, k = 4's groups shared by
-    two threads, rotated cost stores, tournament minima); with no register codes and
-    backpointers throughout; with no cached rows; with each step's class minima kept at
-    every k (stored by each thread; copied out in bulk; in bulk with register codes; in
-    bulk with three cost buffers); with none of split, rotation and tournament; with one
-    thread a group at k = 4; with at most 4 cached rows and the minima kept; with the
-    L = 16 backtrack in the forward kernel's block instead of its own kernel (with
-    backpointers, with bulk-copied minima); with every other step's minima kept (with two
-    and with three cost buffers)."""
+    first rows of the first computed group in shared memory, each step's class minima
+    copied out by one bulk copy a step — at k = 2 every other step's, at k = 3 with three
+    cost buffers —, k = 4's groups shared by two threads, rotated cost stores, tournament
+    minima, the L = 16 backtrack in a kernel of its own); with no register codes and
+    backpointers throughout; with no cached rows; with the minima at every k stored by
+    each thread, copied in bulk (two buffers, every step), with register codes, with three
+    buffers; with none of split, rotation and tournament; with one thread a group at
+    k = 4; with at most 4 cached rows and the minima stored by each thread; with the
+    L = 16 backtrack in the forward kernel's block (with backpointers, with bulk-copied
+    minima); with every other step's minima kept at every k (with two and with three cost
+    buffers)."""
     return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"),
                               request.param)
 
