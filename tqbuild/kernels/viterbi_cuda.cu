@@ -299,17 +299,17 @@ __host__ __device__ constexpr bool keeps_history(int L, int K) {
 #endif
 __host__ __device__ constexpr bool split_backtrack(int L, int K) { return grouped(L, K) && TQ_VIT_BT; }
 // TQ_VIT_HSTEP: where the minima leave by bulk copies (and the backtrack has its own
-// kernel), only every HS-th step's row is kept (HS = 1, 2): the backtrack forms a missing
-// row's C minima it needs again from the row before (C·C costs, C lanes a path) — half
-// the global writes. 1: every row.
+// kernel), only every HS-th step's row is kept (HS = 1 … 4, at most 2 at k ≥ 3): the
+// backtrack forms the C minima of a missing row it needs again from the last kept row (C
+// lanes a path, C^m costs each m rows back) — 1/HS of the global writes. 1: every row.
 #ifndef TQ_VIT_HSTEP  // −1: 2 at k = 2, else 1
 #define TQ_VIT_HSTEP -1
 #endif
 __host__ __device__ constexpr int hist_stride(int L, int K) {
   return !(keeps_history(L, K) && hist_bulk(K) && split_backtrack(L, K)) ? 1
-         : TQ_VIT_HSTEP < 0 ? (K == 2 ? 2 : 1) : TQ_VIT_HSTEP;
+         : TQ_VIT_HSTEP < 0 ? (K == 2 ? 2 : 1) : K >= 3 && TQ_VIT_HSTEP > 2 ? 2 : TQ_VIT_HSTEP;
 }
-static_assert(TQ_VIT_HSTEP <= 2, "history stride");
+static_assert(TQ_VIT_HSTEP <= 4, "history stride");
 
 // global scratch a sequence: T steps of J backpointer bytes, or ⌈T / HS⌉ rows of J float32
 // minima (row r of step r at r / HS)
@@ -430,14 +430,35 @@ __device__ __forceinline__ int step_arg(const Codes<MODE>& code, const uint8_t* 
   }
 }
 
-// with a strided history, the cost of state s at step t (x_t = xv) where row t − 1 was not
-// kept: the minimum of s's class at step t − 1 (x = xp) formed again from row t − 2
-template <int L, int K, int MODE>
+// with a strided history, the minimum of class q at step t (x of step u: x_at(u)), where
+// row t − m is the last kept row at or before t (m < M: formed again from it, C^m costs)
+template <int M, int L, int K, int MODE, typename XAt>
+__device__ __forceinline__ float row_min(const Codes<MODE>& code, const uint8_t* scratch, int t,
+                                         int q, int m, const XAt& x_at) {
+  constexpr int C = 1 << K, J = 1 << (L - K);
+  if constexpr (M > 1) {
+    if (m > 0) {
+      float mv = 0.f;
+      const float xv = x_at(t);
+#pragma unroll  // (the C^m reads independent: all in flight at once)
+      for (int c = 0; c < C; ++c) {
+        const uint32_t s = q + c * J;
+        const float v = __fadd_rn(sq_err(code(s), xv), row_min<M - 1, L, K>(code, scratch, t - 1, s >> K, m - 1, x_at));
+        if (c == 0 || v < mv) mv = v;
+      }
+      return mv;
+    }
+  }
+  return hist_row<L, K>(scratch, t)[class_pos<L, K>(q)];
+}
+
+// ... and the cost of state s at step t where row t − 1 was not kept (the last kept row
+// m + 1 steps back)
+template <int L, int K, int MODE, typename XAt>
 __device__ __forceinline__ float state_cost(const Codes<MODE>& code, const uint8_t* scratch, int t,
-                                            uint32_t s, float xv, float xp) {
-  int unused;
-  const float m = class_best<L, K, MODE>(code, s >> K, xp, hist_row<L, K>(scratch, t - 2), unused);
-  return __fadd_rn(sq_err(code(s), xv), m);
+                                            uint32_t s, int m, const XAt& x_at) {
+  return __fadd_rn(sq_err(code(s), x_at(t)),
+                   row_min<hist_stride(L, K), L, K>(code, scratch, t - 1, s >> K, m, x_at));
 }
 
 // PASS: −1 both passes and their backtracks (one launch); 0 or 1 that forward pass alone,
@@ -794,8 +815,8 @@ viterbi_backtrack_kernel(const float* __restrict__ x, const float* __restrict__ 
         int sp = s;
         for (int q = n / C, r = i; q > 0; r %= q, q /= C) sp = (sp >> K) + (r / q) * J;
         if (w == 1) a = step_arg<L, K, MODE>(code, bp, t, sp >> K, x_at(t));
-        else a = __float_as_int(state_cost<L, K, MODE>(code, bp, t, (uint32_t)((sp >> K) + (lane - base) % w * J),
-                                                       x_at(t), x_at(t - 1)));
+        else a = __float_as_int(state_cost<L, K>(code, bp, t, (uint32_t)((sp >> K) + (lane - base) % w * J),
+                                                 (t - 1 - stop) % HS, x_at));
       }
     }
     for (int e = 0, base = 0, n = 1, i = 0; e < d; ++e) {
