@@ -93,7 +93,8 @@ def scratch_budget(device: torch.device) -> int:
 
 def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, code: str
                        ) -> torch.Tensor:
-    """x [B, T] float32 (CUDA, finite) -> int64 states [B, T], both passes fused."""
+    """x [B, T] float32 (CUDA, finite) -> int64 states [B, T]: both passes and their
+    backtracks, in launches of at most `scratch_budget` bytes of scratch."""
     B, T = x.shape
     x = x.contiguous()
     mode = MODES.get(code, 0)  # byte-sum codes computed in registers, else the table
