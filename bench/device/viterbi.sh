@@ -6,6 +6,10 @@
 # ncu (Nsight Compute sections of the L = 16 kernels, bench/device/ncu_viterbi.py), stalls
 # (stall reasons, pipes and bank conflicts of the default and the SVARIANTS builds), waves
 # (bench/viterbi_cuda.py --ls 16 with launches in whole waves of resident blocks, and without).
+# The image lacks pydantic (tests/test_trellis.py imports it): carry its wheels in .whl/
+# (git-ignored; `carry: [".whl"]`), made here with
+#   pip download --no-deps -d .whl --python-version 3.12 --platform manylinux2014_x86_64 \
+#     --only-binary=:all: pydantic pydantic-core typing-inspection annotated-types
 set -o pipefail
 export PYTHONPATH=$PWD
 if ls .whl/*.whl > /dev/null 2>&1; then  # carried wheels, where the image lacks a package
