@@ -245,7 +245,7 @@ __host__ __device__ constexpr bool grouped(int L, int K) { return L == 16 && K >
 #define TQ_VIT_HIST -1
 #endif
 __host__ __device__ constexpr bool regs_on(int K) { return TQ_VIT_REG < 0 ? K <= 3 : TQ_VIT_REG > 0; }
-__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST < 0 || TQ_VIT_HIST > 0; }
+__host__ __device__ constexpr bool hist_on(int K) { return TQ_VIT_HIST != 0; }
 // how the minima leave: by one bulk copy a step (else each thread stores its own)
 __host__ __device__ constexpr bool hist_bulk(int K) { return TQ_VIT_HIST < 0 || TQ_VIT_HIST == 2; }
 
@@ -409,10 +409,14 @@ __device__ __forceinline__ float class_best(const Codes<MODE>& code, int j, floa
   return mv;
 }
 
-// a history's row r (a kept one): step r's class minima
+// where a history's row r (a kept one: step r's class minima) starts, in floats
+template <int L, int K>
+__host__ __device__ constexpr int64_t hist_offset(int r) {
+  return (int64_t)(r / hist_stride(L, K)) * (1 << (L - K));
+}
 template <int L, int K>
 __device__ __forceinline__ const float* hist_row(const uint8_t* scratch, int r) {
-  return reinterpret_cast<const float*>(scratch) + (int64_t)(r / hist_stride(L, K)) * (1 << (L - K));
+  return reinterpret_cast<const float*>(scratch) + hist_offset<L, K>(r);
 }
 
 // the argmin c of step t (x = xv) for class j from a sequence's scratch: its best
@@ -689,7 +693,7 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
         }
       }
       __syncthreads();
-      if constexpr (BULK && KEEP) if (tid == 0 && copy) bulk_store(hist + (int64_t)(t / HS) * J, nxt, 4 * J);
+      if constexpr (BULK && KEEP) if (tid == 0 && copy) bulk_store(hist + hist_offset<L, K>(t), nxt, 4 * J);
       if constexpr (NBUF == 3) {
         float* tmp = cur; cur = nxt; nxt = spare; spare = tmp;
       } else if constexpr (DOUBLE) {
