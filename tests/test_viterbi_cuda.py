@@ -176,21 +176,21 @@ def test_viterbi_flags_add_benchmark_defines(monkeypatch):
     assert viterbi_cuda.flags() == ["-fmad=false", "-DTQ_VIT_REG=1"]
 
 
-@pytest.mark.parametrize("B,cap,wave", [(65536, 1024, 132), (17408, 1024, 132), (2049, 1024, 132),
-                                        (65536, 2048, 264), (3000, 1000, 7), (1000, 2048, 264),
-                                        (3000, 100, 132), (65536, 1024, 0), (5, 1, 0),
-                                        (0, 1024, 132)])
-def test_launch_sizes_hold_whole_waves_within_the_budget(B, cap, wave):
-    sizes = viterbi_cuda.launch_sizes(B, cap, wave)
-    assert sum(sizes) == B and all(0 < n <= cap for n in sizes)  # (no launch for B = 0)
-    plain = [min(cap, B - a) for a in range(0, B, cap)]
-    if wave == 0 or cap < wave or B <= cap:
-        assert sizes == plain
-        return
-    assert all(n % wave == 0 for n in sizes[:-1])
-    waves = sum(-(-n // wave) for n in sizes)
-    assert waves == -(-B // wave) <= sum(-(-n // wave) for n in plain)
-    assert len({n for n in sizes[:-1]}) <= 1  # spread evenly
+@pytest.mark.parametrize("B,cap,streams", [(2560, 2558, 1), (2560, 2558, 2), (2560, 1279, 2),
+                                           (17408, 639, 2), (65536, 1024, 3), (1, 1024, 2),
+                                           (3, 1, 2), (5, 1, 1), (7, 100, 4), (0, 1024, 2)])
+def test_launch_sizes_are_even_within_the_budget_and_a_multiple_of_the_streams(B, cap, streams):
+    sizes = viterbi_cuda.launch_sizes(B, cap, streams)
+    assert sum(sizes) == B and all(0 < n <= max(1, cap // streams) for n in sizes)
+    assert max(sizes, default=0) - min(sizes, default=0) <= 1  # as even as can be
+    fewest = -(-B // max(1, cap // streams))
+    assert len(sizes) == min(B, -(-fewest // streams) * streams)  # (no launch for B = 0)
+
+
+def test_launch_sizes_do_not_leave_a_sliver():
+    """2560 sequences under a cap of 2558 (L = 16, k = 4 on an 80 GB card) were 2558 + 2."""
+    assert viterbi_cuda.launch_sizes(2560, 2558) == [1280, 1280]
+    assert viterbi_cuda.launch_sizes(2560, 2558, 2) == [640] * 4
 
 
 @pytest.mark.parametrize("total_gb,budget_gb", [(80, 10), (141, 16), (24, 3), (4, 1)])
@@ -206,14 +206,14 @@ def test_scratch_budget_is_an_eighth_of_the_device_within_1_to_16_gb(monkeypatch
 
 
 @needs_cuda
-@pytest.mark.parametrize("L,k", [(12, 3), (16, 3), (16, 4)])
-def test_wave_sized_launches_give_the_same_states(monkeypatch, L, k):
-    """TQBUILD_VITERBI_WAVES=1 with a scratch budget small enough for several launches."""
+@pytest.mark.parametrize("L,k,streams", [(12, 3, 2), (16, 3, 2), (16, 4, 3), (16, 2, 1)])
+def test_launches_on_several_streams_give_the_same_states(monkeypatch, L, k, streams):
+    """A scratch budget small enough for several launches, alternating between streams."""
     assert viterbi_cuda.available(torch.zeros(1, 256, device="cuda"), L, k)
     lib = viterbi_cuda._lib
-    assert lib.tq_viterbi_blocks_per_sm(L, k, viterbi_cuda.MODES["mul1"], 256) > 0
     g = torch.Generator(device="cuda").manual_seed(9)
     x = torch.randn(1000, 256, device="cuda", generator=g)
     monkeypatch.setattr(viterbi_cuda, "BP_BUDGET", 300 * lib.tq_viterbi_scratch_bytes(L, k, 256))
-    monkeypatch.setenv("TQBUILD_VITERBI_WAVES", "1")
+    monkeypatch.setenv("TQBUILD_VITERBI_STREAMS", str(streams))
+    assert len(viterbi_cuda.launch_sizes(1000, 300, streams)) >= 4
     assert torch.equal(cuda_states(x, L, k, "mul1"), torch_states(x, L, k, "mul1"))

@@ -4,8 +4,8 @@
 # Viterbi tests), quick (bench, k = 3 per-tensor only), bench (the full bench),
 # vreg (L = 16 compile-time variants: their CUDA tests, then L = 16 timed beside the default),
 # ncu (Nsight Compute sections of the L = 16 kernels, bench/device/ncu_viterbi.py), stalls
-# (stall reasons, pipes and bank conflicts of the default and the SVARIANTS builds), waves
-# (bench/viterbi_cuda.py --ls 16 with launches in whole waves of resident blocks, and without).
+# (stall reasons, pipes and bank conflicts of the default and the SVARIANTS builds), streams
+# (bench/viterbi_cuda.py --ls 16 with the launches on 1 and on 2 streams, VSTREAMS).
 # The image lacks pydantic (tests/test_trellis.py imports it): carry its wheels in .whl/
 # (git-ignored; `carry: [".whl"]`), made here with
 #   pip download --no-deps -d .whl --python-version 3.12 --platform manylinux2014_x86_64 \
@@ -66,12 +66,12 @@ for step in "$@"; do
                 ${NCU_KS:-2 3 4} >> "$OUT/ncu-stalls.txt" 2>&1
               echo "stalls '$v' rc $?"
             done ;;
-    waves) # launches sized in whole waves of resident blocks (TQBUILD_VITERBI_WAVES) or not
-           for w in 0 1; do
-             TQBUILD_VITERBI_WAVES=$w timeout "${BENCH_S:-300}" python3 bench/viterbi_cuda.py \
-               --ls 16 --no-old --tag="-${VTAG:-}w$w" 2>&1 | cut -c1-300
+    streams) # launches alternating between 1 and 2 streams (TQBUILD_VITERBI_STREAMS)
+           for n in ${VSTREAMS:-1 2}; do
+             TQBUILD_VITERBI_STREAMS=$n timeout "${BENCH_S:-300}" python3 bench/viterbi_cuda.py \
+               --ls 16 --no-old --tag="-${VTAG:-}s$n" 2>&1 | cut -c1-300
            done
-           cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"w*.json "$OUT/" ;;
+           cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"s*.json "$OUT/" ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac

@@ -884,19 +884,6 @@ static int launch_one(const float* x, const float* table, int B, int T, uint8_t*
   }
 }
 
-// blocks of one (forward) kernel resident on an SM at once (0 where the query fails)
-template <int L, int K, int NT, int MODE>
-static int blocks_per_sm(int T) {
-  constexpr int PASS = split_backtrack(L, K) ? 0 : -1;
-  size_t smem;
-  int n = 0;
-  if (allow_smem<L, K, NT, MODE, PASS>(T, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &n, viterbi_tailbiting_kernel<L, K, NT, MODE, PASS>, NT, smem) != cudaSuccess)
-    return 0;
-  return n;
-}
-
 // FN<L, k, threads, mode>(args…) for the kernel of (L, k, mode) — mode 1: 1MAD, mode 2:
 // MUL1 computed in registers; mode 0: any code from its table
 #define CASE(L_, K_, FN, ...)                                                        \
@@ -912,13 +899,6 @@ static int blocks_per_sm(int T) {
 // global scratch bytes a sequence (the caller's `bp` holds B of them)
 extern "C" int64_t tq_viterbi_scratch_bytes(int L, int k, int T) {
   return launch_scratch_bytes(L, k, T);
-}
-
-// blocks (sequences) of the (L, k, mode) kernel an SM runs at once: a launch of
-// SMs × this many sequences is one full wave
-extern "C" int tq_viterbi_blocks_per_sm(int L, int k, int mode, int T) {
-  ALL_CASES(blocks_per_sm, T)
-  return 0;
 }
 
 extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, int B, int T, int L,

@@ -5,8 +5,9 @@ pass's forward kernel, then its backtrack kernel), no host sync. Never built at 
 time; where nvcc or the build is missing, `available()` is False and the
 callers keep the Triton / torch paths (warned once). TQBUILD_VITERBI_FLAGS adds
 nvcc defines (benchmark variants, e.g. "-DTQ_VIT_REG=1"; part of the cache key).
-TQBUILD_VITERBI_WAVES=1 sizes the launches in whole waves of resident blocks
-(`launch_sizes`; off by default until measured)."""
+Launches alternate between TQBUILD_VITERBI_STREAMS streams (default 2: torch's current
+one and a side stream, joined before returning), so one launch's partly filled last
+wave and latency-bound backtrack kernels overlap the other's forward passes."""
 
 from __future__ import annotations
 
@@ -41,8 +42,6 @@ def _build() -> ctypes.CDLL:
     f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3
     dll.tq_viterbi_scratch_bytes.restype = ctypes.c_int64
     dll.tq_viterbi_scratch_bytes.argtypes = [ctypes.c_int] * 3
-    dll.tq_viterbi_blocks_per_sm.restype = ctypes.c_int
-    dll.tq_viterbi_blocks_per_sm.argtypes = [ctypes.c_int] * 4
     return dll
 
 
@@ -66,18 +65,19 @@ def available(x: torch.Tensor, L: int, k: int) -> bool:
 MODES = {"1mad": 1, "mul1": 2}  # the kernel's computed codes (mode 0: the table)
 
 
-def launch_sizes(B: int, cap: int, wave: int) -> list[int]:
-    """Sequences a launch for B sequences, at most `cap` a launch (the scratch budget).
-    With `wave` > 0 (SMs × resident blocks a kernel) every launch but the last holds whole
-    waves, as evenly as the cap allows — a launch of 1024 blocks on 132 SMs runs 8 waves,
-    the last a quarter idle; 924 run 7 full ones — so the launches run ⌈B / wave⌉ waves in
-    all. Else launches of `cap`."""
-    chunk = max(1, cap)
-    if 0 < wave <= chunk < B:  # (B within one launch: its waves are as few as can be)
-        waves = -(-B // wave)
-        launches = -(-waves // (chunk // wave))  # each at most chunk // wave whole waves
-        chunk = -(-waves // launches) * wave  # the waves spread evenly over them
-    return [min(chunk, B - a) for a in range(0, B, chunk)]
+def launch_sizes(B: int, cap: int, streams: int = 1) -> list[int]:
+    """Sequences a launch for B sequences: the fewest launches of at most cap // streams
+    each (launches in flight together share the scratch budget of `cap` sequences), a
+    multiple of `streams` of them where B allows, as even as can be. Each launch costs a
+    partly filled last wave and its backtrack kernels whatever its size: 2560 sequences
+    under a cap of 2558 ran as 2558 + 2."""
+    if B <= 0:
+        return []
+    each = max(1, cap // streams)
+    n = -(-B // each)  # launches the cap needs
+    n = min(B, -(-n // streams) * streams)  # a multiple of the streams
+    q, r = divmod(B, n)
+    return [q + 1] * r + [q] * (n - r)
 
 
 def scratch_budget(device: torch.device) -> int:
@@ -102,19 +102,38 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     out = torch.empty(B, T, dtype=torch.int64, device=x.device)
     assert _lib is not None
     per = int(_lib.tq_viterbi_scratch_bytes(L, k, T))
-    wave = 0
-    if os.environ.get("TQBUILD_VITERBI_WAVES") == "1":
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-        wave = sms * int(_lib.tq_viterbi_blocks_per_sm(L, k, mode, T))
-    sizes = launch_sizes(B, scratch_budget(x.device) // per, wave)
-    bp = torch.empty(max(sizes, default=0) * per, dtype=torch.uint8, device=x.device)
-    stream = nvcc.stream_of(x)
+    sizes = launch_sizes(B, scratch_budget(x.device) // per, streams())
+    lanes = _streams(x.device, min(len(sizes), streams()))
+    bps = [torch.empty(max(sizes[i::len(lanes)]) * per, dtype=torch.uint8, device=x.device)
+           for i in range(len(lanes))]  # each stream's own scratch
+    main = torch.cuda.current_stream(x.device)
+    for side in lanes[1:]:
+        side.wait_stream(main)  # x, table and the scratch ready
     a = 0
-    for n in sizes:
+    for i, n in enumerate(sizes):
         rc = _lib.tq_viterbi_tailbiting(x[a:].data_ptr(), table.data_ptr(), n, T, L, k, mode,
-                                        bp.data_ptr(), out[a:].data_ptr(),
-                                        stream)
+                                        bps[i % len(lanes)].data_ptr(), out[a:].data_ptr(),
+                                        ctypes.c_void_p(lanes[i % len(lanes)].cuda_stream))
         if rc != 0:
             raise RuntimeError(f"CUDA Viterbi launch failed (cudaError {rc})")
         a += n
+    for side in lanes[1:]:
+        main.wait_stream(side)  # the states written (and the scratch free) for main's work
     return out
+
+
+def streams() -> int:
+    """Streams the launches alternate between (TQBUILD_VITERBI_STREAMS, default 2)."""
+    return max(1, int(os.environ.get("TQBUILD_VITERBI_STREAMS", "2")))
+
+
+_side: dict[int, list[torch.cuda.Stream]] = {}
+
+
+def _streams(device: torch.device, n: int) -> list[torch.cuda.Stream]:
+    """torch's current stream on `device`, then n − 1 side streams (made once a device)."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    side = _side.setdefault(idx, [])
+    while len(side) < n - 1:
+        side.append(torch.cuda.Stream(device=idx))
+    return [torch.cuda.current_stream(device), *side[: n - 1]]

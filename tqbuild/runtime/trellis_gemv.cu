@@ -23,7 +23,7 @@
 // 32 consecutive periods of output columns; warps split the 32-weight period
 // into S = 32/VPT sub-periods (VPT accumulators per input row M) and the input
 // rows into units of U rows; splits of the rows go to partial sums added by a
-// second kernel in split order (deterministic, no atomics).
+// second kernel in a fixed order (deterministic, no atomics).
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -60,6 +60,10 @@ constexpr int U = 8;  // cols: input rows per unit
 #ifndef TQ_TC_WALK
 #define TQ_TC_WALK 0  // rows_tc: 1 = row pointers advanced a round (not recomputed)
 #endif
+#ifndef TQ_SUM_WARPS
+#define TQ_SUM_WARPS 8  // sum_splits: warps a block of 32 outputs, each a share of the splits
+#endif
+constexpr int SUM_WARPS = TQ_SUM_WARPS;
 #ifndef TQ_COLS_DEPTH
 #define TQ_COLS_DEPTH 4  // cols: rows of words in flight ahead of the decode
 #endif
@@ -1158,14 +1162,26 @@ __global__ void __launch_bounds__(256) cols_tc(
     }
 }
 
-__global__ void sum_splits(const float* __restrict__ part, Out out, int splits,
-                           int count) {
+// the splits' partial sums, 32 outputs a block: warp w adds splits w, w + W, w + 2W, ...
+// in that order, then warp 0 adds the W warps' sums in warp order (a fixed order:
+// deterministic, no atomics). One warp reading every split in turn (W = 1) left a
+// down_proj's 64 splits as 64 dependent-latency loads a thread (~12 µs an 8B layer).
+__global__ void __launch_bounds__(32 * SUM_WARPS)
+sum_splits(const float* __restrict__ part, Out out, int splits, int count) {
     pdl_wait();  // the cols kernel's partial sums
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= count) return;
+    __shared__ float red[SUM_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int i = blockIdx.x * 32 + lane;
     float s = 0.f;
-    for (int j = 0; j < splits; ++j) s += part[(size_t)j * count + i];
-    put(out, i, s);
+    if (i < count)
+        for (int j = w; j < splits; j += SUM_WARPS) s += part[(size_t)j * count + i];
+    red[w][lane] = s;
+    __syncthreads();
+    if (w == 0 && i < count) {
+        float t = red[0][lane];
+        for (int v = 1; v < SUM_WARPS; ++v) t += red[v][lane];
+        put(out, i, t);
+    }
 }
 
 int sm_count() {
@@ -1302,7 +1318,8 @@ int auto_per(int nrows, int n_out, size_t limit) {
 // kernel wrote out itself)
 int add_splits(const float* part, Out out, int splits, int count, cudaStream_t st, bool pdl) {
     if (splits <= 1) return (int)cudaGetLastError();
-    return launch(sum_splits, (count + 255) / 256, 256, 0, st, pdl, part, out, splits, count);
+    return launch(sum_splits, (count + 31) / 32, 32 * SUM_WARPS, 0, st, pdl, part, out, splits,
+                  count);
 }
 
 template <int M>
