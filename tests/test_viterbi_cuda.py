@@ -187,6 +187,14 @@ def test_launch_sizes_are_even_within_the_budget_and_a_multiple_of_the_streams(B
     assert len(sizes) == min(B, -(-fewest // streams) * streams)  # (no launch for B = 0)
 
 
+def test_two_streams_only_where_measured_faster(monkeypatch):
+    monkeypatch.delenv("TQBUILD_VITERBI_STREAMS", raising=False)
+    assert [viterbi_cuda.streams(16, k) for k in (1, 2, 3, 4)] == [1, 2, 1, 1]
+    assert viterbi_cuda.streams(12, 2) == 1
+    monkeypatch.setenv("TQBUILD_VITERBI_STREAMS", "3")
+    assert viterbi_cuda.streams(16, 4) == 3
+
+
 def test_launch_sizes_do_not_leave_a_sliver():
     """2560 sequences under a cap of 2558 (L = 16, k = 4 on an 80 GB card) were 2558 + 2."""
     assert viterbi_cuda.launch_sizes(2560, 2558) == [1280, 1280]

@@ -5,9 +5,9 @@ pass's forward kernel, then its backtrack kernel), no host sync. Never built at 
 time; where nvcc or the build is missing, `available()` is False and the
 callers keep the Triton / torch paths (warned once). TQBUILD_VITERBI_FLAGS adds
 nvcc defines (benchmark variants, e.g. "-DTQ_VIT_REG=1"; part of the cache key).
-Launches alternate between TQBUILD_VITERBI_STREAMS streams (default 2: torch's current
-one and a side stream, joined before returning), so one launch's partly filled last
-wave and latency-bound backtrack kernels overlap the other's forward passes."""
+At L = 16, k = 2 the launches alternate between two streams (torch's current one and a
+side stream, joined before returning; `streams`), so one launch's partly filled last
+wave and backtrack kernels overlap the other's forward passes."""
 
 from __future__ import annotations
 
@@ -102,8 +102,9 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     out = torch.empty(B, T, dtype=torch.int64, device=x.device)
     assert _lib is not None
     per = int(_lib.tq_viterbi_scratch_bytes(L, k, T))
-    sizes = launch_sizes(B, scratch_budget(x.device) // per, streams())
-    lanes = _streams(x.device, min(len(sizes), streams()))
+    n_streams = streams(L, k)
+    sizes = launch_sizes(B, scratch_budget(x.device) // per, n_streams)
+    lanes = _streams(x.device, min(len(sizes), n_streams))
     bps = [torch.empty(max(sizes[i::len(lanes)]) * per, dtype=torch.uint8, device=x.device)
            for i in range(len(lanes))]  # each stream's own scratch
     main = torch.cuda.current_stream(x.device)
@@ -122,9 +123,14 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     return out
 
 
-def streams() -> int:
-    """Streams the launches alternate between (TQBUILD_VITERBI_STREAMS, default 2)."""
-    return max(1, int(os.environ.get("TQBUILD_VITERBI_STREAMS", "2")))
+def streams(L: int = 16, k: int = 2) -> int:
+    """Streams the launches alternate between: TQBUILD_VITERBI_STREAMS, else 2 at L = 16,
+    k = 2 — whose backtrack kernels, forming the rows between the kept minima, take
+    longest — and 1 elsewhere (H100, per-tensor M weights/s 1 → 2 streams: k = 2 24.3 →
+    27.8 gate-like, 25.8 → 27.4 down-like; k = 3 33.8 → 33.2, 29.7 → 29.3; k = 4 31.0 →
+    29.2, 27.6 → 25.9, bench/results/viterbi_cuda-cuda-s14bs*.json)."""
+    env = os.environ.get("TQBUILD_VITERBI_STREAMS")
+    return max(1, int(env)) if env else 2 if (L, k) == (16, 2) else 1
 
 
 _side: dict[int, list[torch.cuda.Stream]] = {}
