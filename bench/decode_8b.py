@@ -27,7 +27,10 @@ transformers. Variants swap the decoder linears in place:
   affine4-tq, q3-fused-tq — the same with TQBUILD_AFFINE_KERNEL=triton (the
               Triton kernel, runtime/affine_triton.py);
   q3-fused-cu-lm8 — q3-fused-cu with lm_head 8-bit affine (group 64) on
-              AffineLinear, as the recipes quantize it.
+              AffineLinear, as the recipes quantize it;
+  q3-fused-cu-lm8-qkv — that with q, k and v in one module (runtime/fused_qkv.py),
+              as the CUDA loaders now serve an artifact;
+  affine4-cu-lm8-qkv — affine4-cu with the same 8-bit lm_head and fused q, k, v.
 lm_head stays bf16 in every other variant (the same bytes for all). `--compile`:
 each variant's forward also through torch.compile
 (inductor fuses the norms, RoPE and elementwise work between the linears;
@@ -57,6 +60,7 @@ from trellis_decode import graph_tokens_per_s  # noqa: E402
 from tqbuild.runtime import trellis_cuda  # noqa: E402
 from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
 from tqbuild.runtime.fused_mlp import fuse_gate_up  # noqa: E402
+from tqbuild.runtime.fused_qkv import fuse_qkv  # noqa: E402
 from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -101,6 +105,18 @@ def trellis(out_f: int, in_f: int, axis: int, g: torch.Generator, k: int = 3) ->
              "trellis": {"L": 12, "code": "mul1", "axis": axis, "interleave": False,
                          "version": 2}}
     return TrellisLinear(words, scales, entry).cuda()
+
+
+def unfuse_qkv(model, orig: dict) -> None:
+    """Each fused attention back to its own class, with the original dense q, k, v
+    (the next variant swaps them)."""
+    for i, layer in enumerate(model.model.layers):
+        att = layer.self_attn
+        if hasattr(att, "qkv_proj"):
+            att.__class__ = type(att).__mro__[1]
+            del att.qkv_proj
+            for nm in ("q_proj", "k_proj", "v_proj"):
+                setattr(att, nm, orig[(i, nm)])
 
 
 def swap(model, names, make) -> None:
@@ -183,6 +199,13 @@ def main() -> None:
     run("affine4-tq")
     os.environ.pop("TQBUILD_AFFINE_KERNEL")
     run("affine4-cu")
+    if not only or "affine4-cu-lm8-qkv" in only:
+        lm_head = model.lm_head
+        model.lm_head = affine_tq(cfg.vocab_size, cfg.hidden_size, g, bits=8)
+        res["fused_qkv_affine4"] = fuse_qkv(model)
+        run("affine4-cu-lm8-qkv")
+        unfuse_qkv(model, orig)
+        model.lm_head = lm_head
     try:
         swap(model, ATTN + MLP, lambda nm, o, i: Int4Linear(o, i, g))
         run("affine4")
@@ -207,6 +230,8 @@ def main() -> None:
     lm_head = model.lm_head
     model.lm_head = affine_tq(cfg.vocab_size, cfg.hidden_size, g, bits=8)
     run("q3-fused-cu-lm8")
+    res["fused_qkv"] = fuse_qkv(model)  # attentions fused (32 where the rewrite applies)
+    run("q3-fused-cu-lm8-qkv")
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})

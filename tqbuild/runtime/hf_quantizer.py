@@ -29,6 +29,7 @@ from ..io.layout import to_hf
 from ..models import family_for
 from .affine_torch import AffineEmbedding, AffineLinear
 from .fused_mlp import fuse_gate_up
+from .fused_qkv import fuse_qkv
 from .torch_load import read_artifact_tensors
 from .trellis_torch import TrellisLinear
 
@@ -145,6 +146,7 @@ class TqBuildQuantizer(HfQuantizer):
         self._tie_packed_head(model)
         if device.type == "cuda":
             fuse_gate_up(model)  # one kernel call for gate and up (the same bits)
+            fuse_qkv(model)  # and for q, k and v
         packed = set(self._modules)
         dense = {k: v for k, v in raw.items() if k.rsplit(".", 1)[0] not in packed}
         state = model.state_dict()

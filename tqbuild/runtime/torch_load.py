@@ -19,6 +19,7 @@ from ..io.layout import to_hf
 from ..models import family_for
 from . import trellis_cuda
 from .fused_mlp import fuse_gate_up
+from .fused_qkv import fuse_qkv
 from .trellis_torch import TrellisLinear
 
 
@@ -116,4 +117,5 @@ def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
     if str(device).startswith("cuda"):
         trellis_cuda.prebuild_for(made)
         fuse_gate_up(model)  # one kernel call for gate and up (the same bits)
+        fuse_qkv(model)  # and for q, k and v
     return len(made)
