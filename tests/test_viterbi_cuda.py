@@ -225,3 +225,5 @@ def test_launches_on_several_streams_give_the_same_states(monkeypatch, L, k, str
     monkeypatch.setenv("TQBUILD_VITERBI_STREAMS", str(streams))
     assert len(viterbi_cuda.launch_sizes(1000, 300, streams)) >= 4
     assert torch.equal(cuda_states(x, L, k, "mul1"), torch_states(x, L, k, "mul1"))
+    table = viterbi.code_tensor("mul1", L, x.device)  # no sequences, side streams made
+    assert viterbi_cuda.viterbi_tailbiting(x[:0], table, L, k, "mul1").shape == (0, 256)

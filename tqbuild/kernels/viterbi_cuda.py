@@ -104,6 +104,8 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     per = int(_lib.tq_viterbi_scratch_bytes(L, k, T))
     n_streams = streams(L, k)
     sizes = launch_sizes(B, scratch_budget(x.device) // per, n_streams)
+    if not sizes:
+        return out  # no sequences
     lanes = _streams(x.device, min(len(sizes), n_streams))
     bps = [torch.empty(max(sizes[i::len(lanes)]) * per, dtype=torch.uint8, device=x.device)
            for i in range(len(lanes))]  # each stream's own scratch
@@ -123,7 +125,7 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     return out
 
 
-def streams(L: int = 16, k: int = 2) -> int:
+def streams(L: int, k: int) -> int:
     """Streams the launches alternate between: TQBUILD_VITERBI_STREAMS, else 2 at L = 16,
     k = 2 — whose backtrack kernels, forming the rows between the kept minima, take
     longest — and 1 elsewhere (H100, per-tensor M weights/s 1 → 2 streams: k = 2 24.3 →

@@ -140,6 +140,7 @@ def fused_class(cls: Any) -> type | None:
     first = ast.parse(f"{FUSED} = self.qkv_proj({arg})").body[0]
     fdef.body.insert(0, first)
     module = ast.fix_missing_locations(ast.Module(body=[fdef], type_ignores=[]))
+    ast.increment_lineno(module, inspect.getsourcelines(fn)[1] - 1)  # tracebacks: its file's lines
     space: dict = {}
     exec(compile(module, inspect.getsourcefile(raw) or "<fused_qkv>", "exec"),  # noqa: S102
          raw.__globals__, space)
