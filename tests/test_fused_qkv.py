@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tiny
 import torch
 from torch import nn
 from transformers import (
@@ -68,6 +69,25 @@ def test_fused_attention_gives_the_same_logits(cls, config):
         assert att.qkv_proj.sizes == (256, 128, 128)
         torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
         assert fused_qkv.fuse_qkv(model) == 0  # already fused
+
+
+@pytest.mark.parametrize("family", sorted(tiny.FAMILIES))
+def test_every_family_fuses_to_the_same_logits(family):
+    """Each supported family's attention (gemma3's sliding layers, qwen3_next / qwen3_5's
+    gated q_proj beside their linear-attention layers) takes the rewrite."""
+    model = tiny.make_model(family)
+    g = torch.Generator().manual_seed(5)
+    attentions = [m for m in model.modules() if all(hasattr(m, p) for p in fused_qkv.PROJ)]
+    for att in attentions:
+        for nm in (*fused_qkv.PROJ, "o_proj"):
+            old = getattr(att, nm)
+            setattr(att, nm, affine(g, old.out_features, old.in_features,
+                                    bias=old.bias is not None))
+    ids = torch.randint(0, tiny.VOCAB, (1, 12), generator=g)
+    with torch.no_grad():
+        want = model(ids).logits
+        assert fused_qkv.fuse_qkv(model) == len(attentions) > 0
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
 
 
 def test_trellis_projections_are_fused_too():
