@@ -3,6 +3,8 @@
     python bench/viterbi_cuda.py [--quick] [--code mul1] [--u-ab] [--ls 16] [--tag=-x]
     TQBUILD_VITERBI_FLAGS=-DTQ_VIT_REG=1 python bench/viterbi_cuda.py --ls 16 --tag=-reg1
         # a compile-time variant of the kernel (its flags are recorded)
+    python bench/viterbi_cuda.py --ls 16 --skip-bare --budget-gb 14 --profile --profile-lk 16,3
+        # another scratch budget a launch; where a down-like L = 16 k = 3 call's time goes
 
 Bare tail-biting Viterbi (both passes) on N(0, 1) blocks of T = 256 — 4096 and
 65536 sequences — at L = 12 and 16, k = 2, 3, 4: the CUDA kernel next to the
@@ -180,26 +182,27 @@ def u_ab(res: dict) -> None:
     res["u_ab"] = rows
 
 
-def profile_down_like(res: dict) -> None:
-    """Where a down-like L = 12 k = 3 conversion spends its time: torch.profiler's
-    top operators by self CUDA time, and the wall time with and without it."""
+def profile_down_like(res: dict, L: int = 12, k: int = 3) -> None:
+    """Where a down-like conversion at (L, k) spends its time: torch.profiler's top
+    operators and kernels by self CUDA time, and the wall time of the profiled call."""
     from torch.profiler import ProfilerActivity, profile
 
     from tqbuild.stages.trellis import trellis_guarded
 
     _, out, inp, axis, ws, hs = TENSORS[1]  # down-like
     w, h = tensor_case(out, inp, ws, hs)
-    geo = ldlq_geometry(12, 3, axis)
+    geo = ldlq_geometry(L, k, axis)
     trellis_guarded(w, h, geo, damp=0.01)
+    t0 = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         trellis_guarded(w, h, geo, damp=0.01)
         torch.cuda.synchronize()
-    rows = []
+    rows: list[dict] = [{"wall_seconds": time.perf_counter() - t0}]
     for e in sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)[:20]:
         rows.append({"op": e.key, "calls": e.count, "self_cuda_ms": e.self_device_time_total / 1e3,
                      "cpu_total_ms": e.cpu_time_total / 1e3})
         print(json.dumps(rows[-1]), flush=True)
-    res["profile_down_like_L12_k3"] = rows
+    res[f"profile_down_like_L{L}_k{k}"] = rows
 
 
 def main() -> None:
@@ -208,6 +211,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-bare", action="store_true")
     ap.add_argument("--profile", action="store_true", help="profile a down-like conversion")
+    ap.add_argument("--profile-lk", default="12,3", help="the profiled conversion's L,k")
+    ap.add_argument("--budget-gb", type=float, default=0,
+                    help="scratch bytes a launch (viterbi_cuda.BP_BUDGET; 0: its default)")
     ap.add_argument("--u-ab", action="store_true", help="U both ways, same run")
     ap.add_argument("--code", default="mul1")
     ap.add_argument("--ls", default="12,16", help="trellis lengths L to run")
@@ -218,9 +224,12 @@ def main() -> None:
     CODE = args.code
     LS = tuple(int(v) for v in args.ls.split(","))
     OLD = not args.no_old
+    if args.budget_gb:
+        viterbi_cuda.BP_BUDGET = int(args.budget_gb * 2**30)
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "flags": viterbi_cuda.flags(),
                  "streams": os.environ.get("TQBUILD_VITERBI_STREAMS", "per k"),
+                 "scratch_budget_bytes": viterbi_cuda.scratch_budget(torch.device("cuda")),
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,7 +239,8 @@ def main() -> None:
     for want, part in ((not args.skip_bare, lambda: bare(res, args.quick)),
                        (args.u_ab, lambda: u_ab(res)),
                        (True, lambda: per_tensor(res, args.quick)),
-                       (args.profile, lambda: profile_down_like(res))):
+                       (args.profile, lambda: profile_down_like(
+                           res, *(int(v) for v in args.profile_lk.split(","))))):
         if want:
             part()
             save()
