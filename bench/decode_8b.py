@@ -60,7 +60,7 @@ from trellis_decode import graph_tokens_per_s  # noqa: E402
 from tqbuild.runtime import trellis_cuda  # noqa: E402
 from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
 from tqbuild.runtime.fused_mlp import fuse_gate_up  # noqa: E402
-from tqbuild.runtime.fused_qkv import fuse_qkv  # noqa: E402
+from tqbuild.runtime.fused_qkv import PROJ, fuse_qkv  # noqa: E402
 from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -115,7 +115,7 @@ def unfuse_qkv(model, orig: dict) -> None:
         if hasattr(att, "qkv_proj"):
             att.__class__ = type(att).__mro__[1]
             del att.qkv_proj
-            for nm in ("q_proj", "k_proj", "v_proj"):
+            for nm in PROJ:
                 setattr(att, nm, orig[(i, nm)])
 
 

@@ -109,7 +109,7 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     lanes = _streams(x.device, min(len(sizes), n_streams))
     bps = [torch.empty(max(sizes[i::len(lanes)]) * per, dtype=torch.uint8, device=x.device)
            for i in range(len(lanes))]  # each stream's own scratch
-    main = torch.cuda.current_stream(x.device)
+    main = lanes[0]  # torch's current stream
     for side in lanes[1:]:
         side.wait_stream(main)  # x, table and the scratch ready
     a = 0

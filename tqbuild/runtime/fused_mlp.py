@@ -35,13 +35,19 @@ def _is_gated_mlp(module: nn.Module) -> bool:
         and _gated_forward(type(module).forward)
 
 
+def source_ast(fn: Callable) -> ast.stmt | None:
+    """The first statement of fn's source (its def, decorators included), or None where
+    the source cannot be read or parsed."""
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+
+
 @functools.cache
 def _gated_forward(forward: Callable) -> bool:
     """Whether forward(self, x) is exactly the gated MLP (read from its source)."""
-    try:
-        fn = ast.parse(textwrap.dedent(inspect.getsource(forward))).body[0]
-    except (OSError, TypeError, SyntaxError, IndexError):
-        return False
+    fn = source_ast(forward)
     if not isinstance(fn, ast.FunctionDef) or [a.arg for a in fn.args.args] != ["self", "x"]:
         return False
     body = [st for st in fn.body

@@ -19,14 +19,13 @@ import ast
 import functools
 import inspect
 import os
-import textwrap
 from typing import Any
 
 import torch
 from torch import nn
 
 from .affine_torch import AffineLinear
-from .fused_mlp import stack_rows
+from .fused_mlp import source_ast, stack_rows
 from .trellis_torch import TrellisLinear
 
 PROJ = ("q_proj", "k_proj", "v_proj")
@@ -95,11 +94,8 @@ def _names_proj_elsewhere(cls: type) -> bool:
         for name, fn in vars(klass).items():
             if name in ("__init__", "forward") or not inspect.isfunction(fn):
                 continue
-            try:
-                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-            except (OSError, TypeError, SyntaxError):
-                return True
-            if any(_self_proj(n) for n in ast.walk(tree)):
+            tree = source_ast(fn)
+            if tree is None or any(_self_proj(n) for n in ast.walk(tree)):
                 return True
     return False
 
@@ -114,11 +110,7 @@ def fused_class(cls: Any) -> type | None:
     raw = inspect.unwrap(fn)
     if raw.__code__.co_freevars or _names_proj_elsewhere(cls):
         return None  # a closure (super(), __class__) does not survive the rewrite
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    fdef = tree.body[0] if tree.body else None
+    fdef = source_ast(fn)
     if not isinstance(fdef, ast.FunctionDef) or len(fdef.args.args) < 2:
         return None
     arg = fdef.args.args[1].arg
@@ -158,16 +150,15 @@ def fuse_qkv(model: nn.Module) -> int:
     for module in model.modules():
         if not all(hasattr(module, p) for p in PROJ):
             continue
-        parts = [getattr(module, p) for p in PROJ]
-        stacked = stack_linears(parts)
         cls: Any = type(module)
-        new_cls = fused_class(cls) if stacked is not None else None
-        if stacked is None or new_cls is None:
+        new_cls = fused_class(cls)  # (cached) before any weights are copied
+        parts = [getattr(module, p) for p in PROJ]
+        stacked = stack_linears(parts) if new_cls is not None else None
+        if new_cls is None or stacked is None:
             continue
         for p in PROJ:
             delattr(module, p)
-        module.qkv_proj = QKVProj(stacked.to(parts[0].scales.device),
-                                  tuple(p.out_features for p in parts))  # type: ignore[arg-type]
+        module.qkv_proj = QKVProj(stacked, tuple(p.out_features for p in parts))  # type: ignore[arg-type]
         module.__class__ = new_cls
         fused += 1
     return fused
