@@ -5,6 +5,8 @@ path they replace, torch's tinygemm int4 kernel and bf16 cuBLAS, same shapes.
 
     python bench/affine_gemv.py [--ms 1,4,8] [--cuda-splits 2,4] [--tag=-x]
         # -> results/affine_gemv-cuda{tag}.json
+    python bench/affine_gemv.py --variants "-DTQ_AFF_MINB=3;-DTQ_AFF_PDL=1" --shapes qkv,q
+        # the CUDA kernel under nvcc define sets beside its default -> …-variants.json
     python bench/affine_gemv.py --sass     # no GPU: the kernels' sm_90 SASS a weight
                                            # -> results/affine_sass.json (the CUDA
                                            # kernel's with the nvcc on PATH)
@@ -35,7 +37,8 @@ from trellis_matvec import copies_for, copy_bandwidth, graph_time  # noqa: E402
 
 from tqbuild.runtime import affine_cuda, affine_torch, affine_triton, gpu_info  # noqa: E402
 
-SHAPES = [("q 4096x4096", 4096, 4096, 4), ("kv 1024x4096", 1024, 4096, 4),
+SHAPES = [("q 4096x4096", 4096, 4096, 4), ("qkv 6144x4096", 6144, 4096, 4),
+          ("kv 1024x4096", 1024, 4096, 4),
           ("gate 14336x4096", 14336, 4096, 4), ("down 4096x14336", 4096, 14336, 4),
           ("q8bit 4096x4096", 4096, 4096, 8), ("lm_head8 128256x4096", 128256, 4096, 8)]
 GROUP = 64
@@ -176,8 +179,44 @@ def cuda_sass() -> list[dict] | str:
     return out
 
 
+def variant_sweep(variants: list[str], names: list[str], ms: list[int], tag: str) -> None:
+    """The CUDA kernel under each ';'-separated nvcc define set (TQBUILD_AFFINE_FLAGS)
+    beside the default, same process and weights: µs a call and the fraction of the
+    copy bandwidth -> results/affine_gemv-cuda{tag}-variants.json."""
+    import os
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    bw = copy_bandwidth()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    res: dict = {"host": host(), "copy_bandwidth_Bps": bw, "cases": []}
+    for name, out_f, in_f, bits in SHAPES:
+        if names and name.split()[0] not in names:
+            continue
+        copies, nbytes = affine_copies(out_f, in_f, bits, l2, g)
+        for m in ms:
+            x = torch.randn(m, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
+            case: dict = {"shape": name, "M": m, "bits": bits, "packed_bytes": nbytes}
+            for flags in ["", *variants]:
+                os.environ["TQBUILD_AFFINE_FLAGS"] = flags
+                affine_cuda._library.cache_clear()
+                t = graph_time(lambda x=x, c=copies, n=out_f, k=bits: [
+                    affine_cuda.matmul(x, w, s, b, k, GROUP, n) for w, s, b in c]) / len(copies)
+                case[flags or "default"] = {"us": t * 1e6, "fraction_of_copy_bandwidth":
+                                            nbytes / t / bw}
+            res["cases"].append(case)
+            print(json.dumps(case), flush=True)
+    os.environ["TQBUILD_AFFINE_FLAGS"] = ""
+    affine_cuda._library.cache_clear()
+    assert not affine_cuda._failed, affine_cuda._failed
+    (HERE / "results" / f"affine_gemv-cuda{tag}-variants.json").write_text(
+        json.dumps(res, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default="",
+                    help="';'-separated nvcc define sets: the CUDA kernel under each, alone")
+    ap.add_argument("--shapes", default="", help="with --variants: shape names, e.g. qkv,q")
     ap.add_argument("--ms", default="1,4,8")
     ap.add_argument("--tag", default="")
     ap.add_argument("--sass", action="store_true", help="no GPU: the kernels' SASS counts")
@@ -189,6 +228,9 @@ def main() -> None:
     CUDA_SPLITS = tuple(int(v) for v in a.cuda_splits.split(",") if v)
     if a.sass:
         sass(ms)
+        return
+    if a.variants:
+        variant_sweep(a.variants.split(";"), [n for n in a.shapes.split(",") if n], ms, a.tag)
         return
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()

@@ -234,9 +234,12 @@ def test_ldlq_beats_plain_on_the_proxy_loss(axis):
     assert res.proxy_loss < 0.8 * plain
 
 
-def test_ldlq_feedback_with_one_column_groups_is_gptq():
+@pytest.mark.parametrize("span", [None, 3, 5, 16])
+def test_ldlq_feedback_with_one_column_groups_is_gptq(span):
     """With groups of one column and an elementwise quantizer, the LDLQ update
-    is GPTQ's; checked against a textbook column loop."""
+    is GPTQ's; checked against a textbook column loop — also with the feedback
+    past a span of columns deferred to one product (GPTQ's lazy batch, CUDA's
+    default)."""
     import tqbuild.stages.trellis as tr
 
     torch.manual_seed(1)
@@ -250,7 +253,7 @@ def test_ldlq_feedback_with_one_column_groups_is_gptq():
     orig = tr._code_columns
     tr._code_columns = rounding
     try:
-        got = ldlq_core(w, h, g, 0.01, 1e9).recon
+        got = ldlq_core(w, h, g, 0.01, 1e9, span=span).recon
     finally:
         tr._code_columns = orig
     from tqbuild.stages.guard import inverse_cholesky_upper
@@ -265,7 +268,8 @@ def test_ldlq_feedback_with_one_column_groups_is_gptq():
     assert torch.allclose(got.double(), Q, atol=1e-6)
 
 
-def test_diverged_target_reports_the_first_group_past_the_bound():
+@pytest.mark.parametrize("span", [None, 4])
+def test_diverged_target_reports_the_first_group_past_the_bound(span):
     """The peak check runs after the loop (no host sync per group) and reports
     what the per-group check did: the first group whose fed-back target exceeds
     scale_ratio × the original peak, with that group's peak."""
@@ -294,11 +298,32 @@ def test_diverged_target_reports_the_first_group_past_the_bound():
     orig = tr._code_columns
     tr._code_columns = rounding
     try:
-        got = ldlq_core(w, h, g, 0.01, ratio)
+        got = ldlq_core(w, h, g, 0.01, ratio, span=span)
     finally:
         tr._code_columns = orig
     assert got["event"] == "target_diverged" and got["original_peak"] == peak
     assert got["peak"] == pytest.approx(col_peaks[first], rel=1e-6)
+
+
+def test_lazy_span_defers_whole_groups_on_cuda_only():
+    from tqbuild.stages.trellis import lazy_span
+
+    assert lazy_span(128, cuda=False) == 128  # CPU: the locked artifacts' order
+    assert [lazy_span(gr, cuda=True) for gr in (128, 256, 300, 2048)] == [1024, 1024, 900, 2048]
+
+
+def test_lazy_ldlq_codes_a_trellis_tensor_as_the_eager_order():
+    """A real trellis LDLQ pass with its feedback deferred over spans of 2 and 3
+    groups (the last span partial): the same code up to float64 rounding."""
+    torch.manual_seed(5)
+    w, h = 0.02 * torch.randn(64, 320), _correlated_h(320, 6)
+    for axis in (0, 1):
+        g = Geometry(L=12, k=2, T=64, code="1mad", axis=axis, group=64)
+        eager = ldlq_core(w, h, g, 0.01, 1e9)
+        for span in (128, 192):
+            lazy = ldlq_core(w, h, g, 0.01, 1e9, span=span)
+            assert (lazy.states == eager.states).float().mean() > 0.97
+            assert torch.allclose(lazy.recon, eager.recon, atol=0.02 * float(w.abs().max()))
 
 
 def test_guard_escalates_then_falls_back_to_plain():

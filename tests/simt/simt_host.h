@@ -116,6 +116,9 @@ inline uint16_t half_round(double r) { return DT == 0 ? bf16_round(r) : f16_roun
 
 inline void sync_block() { simt::block->bar.arrive_and_wait(); }
 inline void __syncthreads() { sync_block(); }
+// programmatic dependent launch: one launch at a time here, nothing to wait for
+inline void pdl_trigger() {}
+inline void pdl_wait() {}
 
 template <typename T>
 inline T __ldg(const T* p) { return *p; }

@@ -64,9 +64,15 @@ def serves(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
             and x2.data_ptr() % 16 == 0 and words.data_ptr() % 16 == 0)
 
 
+def flags() -> list[str]:
+    """nvcc defines of the library: TQBUILD_AFFINE_FLAGS adds tuning defines
+    (-DTQ_AFF_MINB=3, -DTQ_AFF_PDL=1, …: bench/affine_gemv.py --variants)."""
+    return os.environ.get("TQBUILD_AFFINE_FLAGS", "").split()
+
+
 @functools.cache
 def _library() -> ctypes.CDLL:
-    dll = nvcc.build(SOURCE, [])
+    dll = nvcc.build(SOURCE, flags())
     P, I = ctypes.c_void_p, ctypes.c_int
     dll.tq_affine_mma.restype = I
     dll.tq_affine_mma.argtypes = [P] * 5 + [I] * 7 + [P]

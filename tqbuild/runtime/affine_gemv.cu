@@ -30,7 +30,11 @@
 #include <cuda_fp16.h>
 #define TQ_DEV __device__ __forceinline__
 #define TQ_GLOBAL __global__
+#ifdef TQ_AFF_MINB  // blocks an SM must hold (3 caps registers at 80: one wave of 396 tiles)
+#define TQ_BOUNDS(n) __launch_bounds__(n, TQ_AFF_MINB)
+#else
 #define TQ_BOUNDS(n) __launch_bounds__(n)
+#endif
 #define TQ_SHARED __shared__
 
 TQ_DEV uint4 ld128(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
@@ -38,6 +42,18 @@ TQ_DEV uint2 ld64(const void* p) { return __ldg(reinterpret_cast<const uint2*>(p
 TQ_DEV uint32_t ld16(const uint16_t* p) { return __ldg(p); }
 TQ_DEV uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) { return __byte_perm(a, b, sel); }
 TQ_DEV void sync_block() { __syncthreads(); }
+// programmatic dependent launch (sm_90+, where the launch asks for it): the kernel
+// after this one may start; wait for the kernel before this one (x) to finish
+TQ_DEV void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+TQ_DEV void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 
 // d = a·b + c on two bf16 (DT 0) or fp16 (DT 1) halves, rounded once
@@ -74,8 +90,17 @@ TQ_DEV uint16_t to_bits(float v) {
 }
 #endif
 
-constexpr int AFF_WARPS = 8;  // warps a block
-constexpr int AFF_DEPTH = 4;  // chunks a warp loads before decoding them
+#ifndef TQ_AFF_WARPS
+#define TQ_AFF_WARPS 8
+#endif
+#ifndef TQ_AFF_DEPTH
+#define TQ_AFF_DEPTH 4
+#endif
+#ifndef TQ_AFF_PDL
+#define TQ_AFF_PDL 0  // programmatic dependent launch: weights loaded before x is waited for
+#endif
+constexpr int AFF_WARPS = TQ_AFF_WARPS;  // warps a block
+constexpr int AFF_DEPTH = TQ_AFF_DEPTH;  // chunks a warp loads before decoding them
 
 __host__ __device__ constexpr int aff_chunk(int bits) { return 16 * (32 / bits); }
 
@@ -137,6 +162,7 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
   const uint32_t mask_a = ra < N ? 0xFFFFFFFFu : 0u, mask_b = rb < N ? 0xFFFFFFFFu : 0u;
   const uint16_t* xr = x + (int64_t)(g < M ? g : M - 1) * K + 4 * c * P;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  if (TQ_AFF_PDL) pdl_trigger();
 
   for (int ch0 = lo + warp; ch0 < hi; ch0 += U * W) {
     // U chunks in flight: this lane's words of rows g and g + 8 and their groups' scales
@@ -163,6 +189,7 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
 #pragma unroll
     for (int d = 1; d < U; ++d) all |= SBa[d] | SBb[d] | A[d].x | B[d].x;
     SBa[0] |= all & (mask2 >> 30);
+    if (TQ_AFF_PDL && ch0 == lo + warp) pdl_wait();  // x: the kernel before this one's
 #pragma unroll
     for (int d = 0; d < U; ++d) {
       const int k0 = (ch0 + d * W < hi ? ch0 + d * W : ch0) * CK;  // the chunk's first input
@@ -226,12 +253,20 @@ template <int BITS, int DT>
 static int launch(const void* x, const void* words, const void* scales, const void* biases,
                   void* out, int M, int N, int K, int gs, int splits, cudaStream_t stream) {
   const AffLaunch a = aff_launch(BITS, DT, N, K, gs, splits);
-  affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH><<<dim3(a.tiles, a.splits), 32 * AFF_WARPS, 0,
-                                               stream>>>(
-      static_cast<const uint16_t*>(x), static_cast<const uint32_t*>(words),
-      static_cast<const uint16_t*>(scales), static_cast<const uint16_t*>(biases), out, M, N, K,
-      a.gs_log2, a.per_split, a.f32_out, a.mask2);
-  return (int)cudaGetLastError();
+  cudaLaunchConfig_t c = {};
+  c.gridDim = dim3(a.tiles, a.splits);
+  c.blockDim = dim3(32 * AFF_WARPS);
+  c.stream = stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  c.attrs = at;
+  c.numAttrs = TQ_AFF_PDL ? 1 : 0;
+  return (int)cudaLaunchKernelEx(
+      &c, affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>, static_cast<const uint16_t*>(x),
+      static_cast<const uint32_t*>(words), static_cast<const uint16_t*>(scales),
+      static_cast<const uint16_t*>(biases), out, M, N, K, a.gs_log2, a.per_split, a.f32_out,
+      a.mask2);
 }
 
 // x [M, K] (dtype 0 bf16, 1 fp16), words [N, K·bits/32], scales and biases [N, K/gs]

@@ -99,9 +99,22 @@ def trellis_plain(w: torch.Tensor, g: Geometry) -> TrellisResult:
     return TrellisResult(states=states, scales=scales, recon=recon.contiguous(), method="plain")
 
 
+LAZY_COLUMNS = 1024  # CUDA builds: columns a span of LDLQ's deferred feedback
+
+
+def lazy_span(group: int, cuda: bool) -> int:
+    """Columns whose feedback past them is applied as one product (GPTQ's lazy
+    batch): whole groups, about LAZY_COLUMNS of them on CUDA (one large GEMM
+    instead of a pass over the rest of W per group); one group on CPU, the order
+    its locked artifacts were built with (a different order rounds differently:
+    CUDA builds are reproducible on their own, README)."""
+    return max(1, LAZY_COLUMNS // group) * group if cuda else group
+
+
 def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
-              scale_ratio: float) -> TrellisResult | dict:
-    """One LDLQ pass; a guard event dict if it fails."""
+              scale_ratio: float, span: int | None = None) -> TrellisResult | dict:
+    """One LDLQ pass; a guard event dict if it fails. `span`: columns (whole
+    groups) whose later feedback is deferred to one product (`lazy_span`)."""
     out, cols = w.shape
     W = w.double().clone()
     H = h.double().to(w.device).clone()
@@ -117,20 +130,32 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
     recon = torch.empty(out, cols, dtype=torch.float32, device=w.device)
     peaks = []  # each group's target peak, checked once after the loop (no host sync
     # per group); a diverged pass is discarded whole, as if it had stopped there
-    for a in range(0, cols, g.group):
-        b = min(a + g.group, cols)
-        blk = slice(a, b)
-        peaks.append(W[:, blk].abs().amax())
-        st, val = _code_columns(W, blk, scales, g, table)
-        if g.axis == 1:
-            states[:, blk] = st
-        else:
-            states[blk] = st
-        recon[:, blk] = val
-        if b < cols:
-            err = W[:, blk] - val.double()
-            feed = torch.linalg.solve_triangular(U[blk, blk], U[blk, b:], upper=True)
-            W[:, b:] -= err @ feed
+    span = lazy_span(g.group, W.is_cuda) if span is None else span
+    for s0 in range(0, cols, span):
+        s1 = min(s0 + span, cols)
+        errs, feeds = [], []  # the span's errors and their feeds past it
+        for a in range(s0, s1, g.group):
+            b = min(a + g.group, s1)
+            blk = slice(a, b)
+            peaks.append(W[:, blk].abs().amax())
+            st, val = _code_columns(W, blk, scales, g, table)
+            if g.axis == 1:
+                states[:, blk] = st
+            else:
+                states[blk] = st
+            recon[:, blk] = val
+            if b < cols:
+                err = W[:, blk] - val.double()
+                feed = torch.linalg.solve_triangular(U[blk, blk], U[blk, b:], upper=True)
+                if b < s1:  # the rest of the span now
+                    W[:, b:s1].addmm_(err, feed[:, : s1 - b], alpha=-1)
+                if s1 < cols:
+                    errs.append(err)
+                    feeds.append(feed[:, s1 - b:])
+        if len(errs) == 1:  # a span of one group (CPU builds): as always
+            W[:, s1:] -= errs[0] @ feeds[0]
+        elif errs:  # past the span: every group's feedback in one product
+            W[:, s1:].addmm_(torch.cat(errs, 1), torch.cat(feeds), alpha=-1)
     if peak > 0:
         group_peaks = torch.stack(peaks)
         bad = ~(group_peaks <= scale_ratio * peak)  # NaN (a blown-up target) counts
