@@ -159,7 +159,9 @@ def main() -> None:
     trellis_cuda.prebuild([(3, 12, "mul1")])
     res = {"host": host(), "config": {"hidden": 4096, "inter": 14336, "layers": 32,
                                       "heads": "32/8", "vocab": 128256},
-           "tokens": 64, "variants": {}}
+           "tokens": 64, "variants": {},
+           "env": {k: os.environ[k] for k in ("TORCHINDUCTOR_ENABLE_PDL", "TQBUILD_GEMV_FLAGS",
+                                              "TQBUILD_AFFINE_FLAGS") if k in os.environ}}
 
     def run(name: str) -> None:
         if only and name not in only:

@@ -64,6 +64,12 @@ constexpr int U = 8;  // cols: input rows per unit
 #define TQ_SUM_WARPS 8  // sum_splits: warps a block of 32 outputs, each a share of the splits
 #endif
 constexpr int SUM_WARPS = TQ_SUM_WARPS;
+#ifndef TQ_PDL_IN
+#define TQ_PDL_IN 0  // 1: rows_fused (x quantized in the block) and cols_kernel also launched
+                     // with programmatic dependent launch: they may start while the kernel
+                     // before them runs (when it lets them: inductor's with
+                     // TORCHINDUCTOR_ENABLE_PDL=1) and wait for it before reading x
+#endif
 #ifndef TQ_COLS_DEPTH
 #define TQ_COLS_DEPTH 4  // cols: rows of words in flight ahead of the decode
 #endif
@@ -426,11 +432,13 @@ __global__ void __launch_bounds__(512) rows_fused(
             if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
         }
     };
+    if (TQ_PDL_IN) pdl_trigger();  // the next kernel may start (it waits for this grid)
     start_rows((blockIdx.x * rgb + rg) * RB);
     if (qw) {
         pdl_wait();
         expand_groups<Q8, GS>(qw, gs, gb, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
     } else {
+        if (TQ_PDL_IN) pdl_wait();  // x: the kernel before this one's (words on their way)
         quantize_groups<Q8, GS>(x, dtype, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
     }
     __syncthreads();
@@ -989,6 +997,7 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     int* gbm = reinterpret_cast<int*>(gsm + M * (per >> 5));
     const int row0 = blockIdx.y * per;
     const int nrows_split = min(nrows - row0, per);
+    if (TQ_PDL_IN) pdl_wait();  // x: the kernel before this one's
     for (int c0 = 0; c0 < M * (per >> 3); c0 += blockDim.x) {  // whole warps (quant8)
         const int c = c0 + threadIdx.x;
         const bool in = c < M * (per >> 3);
@@ -1254,7 +1263,8 @@ int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x
         if (bps <= 0) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_fused<M, R>, \
                                                                     warps * 32, smem); \
         const int grid = max(1, min((nrb + rgb - 1) / rgb, sms * max(1, bps))); \
-        return launch(rows_fused<M, R>, grid, warps * 32, smem, st, ws && pdl, words, scales, x, \
+        return launch(rows_fused<M, R>, grid, warps * 32, smem, st, (ws || TQ_PDL_IN) && pdl, \
+                      words, scales, x, \
                       dtype, qx.q, qx.gs, qx.gb, out, rows, nw, n, ppb, wpr, factor); }
     switch (rb) { TQ_RB(1) TQ_RB(2) TQ_RB(4) TQ_RB(8) default: return -1; }
 #undef TQ_RB
@@ -1331,11 +1341,10 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
     allow_smem(cols_kernel<M>, smem, allowed);
     const int splits = (nrows + per - 1) / per;
     dim3 grid((n_out / 32 + 31) / 32, splits);
-    cols_kernel<M><<<grid, COLS_WARPS * 32, smem, st>>>(words, x, dtype, rs,
-                                                         splits == 1 ? out : Out{part, 0},
-                                                         nrows, nw,
-                                                         n_out, ppb, per, factor);
-    return add_splits(part, out, splits, M * n_out, st, pdl);
+    const int rc = launch(cols_kernel<M>, grid, COLS_WARPS * 32, smem, st, TQ_PDL_IN && pdl,
+                          words, x, dtype, rs, splits == 1 ? out : Out{part, 0}, nrows, nw,
+                          n_out, ppb, per, factor);
+    return rc ? rc : add_splits(part, out, splits, M * n_out, st, pdl);
 }
 
 template <int M>

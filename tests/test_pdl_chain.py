@@ -1,0 +1,71 @@
+"""The decode kernels between inductor's kernels with programmatic dependent launch
+(TORCHINDUCTOR_ENABLE_PDL=1 lets inductor's kernels start theirs early; our kernels
+may then start before x is written and must wait for it): a compiled
+x -> 2x -> module -> y/2, replayed from a CUDA graph on fresh inputs, equals the
+module's eager output on 2x every time (a read of x before the kernel ahead wrote it
+would see the last replay's). The CUDA cases run on a GPU only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tqbuild.runtime.affine_torch import AffineLinear
+from tqbuild.runtime.trellis_torch import TrellisLinear
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+
+def affine(g: torch.Generator, out_f: int, in_f: int, bits: int = 4) -> AffineLinear:
+    words = torch.randint(-2**31, 2**31 - 1, (out_f, in_f * bits // 32), generator=g,
+                          dtype=torch.int32)
+    scales = (torch.rand(out_f, in_f // 64, generator=g) * 0.01).bfloat16()
+    return AffineLinear(words, scales, (-(2 ** (bits - 1)) * scales.float()).bfloat16(), bits, 64)
+
+
+def trellis(rows: int, cols: int, axis: int, seed: int) -> TrellisLinear:
+    rng = np.random.default_rng(seed)
+    words = rng.integers(0, 2**32, (rows, cols * 3 // 32), dtype=np.uint32)
+    scales = (rng.random(rows) * 0.02 + 0.01).astype(np.float16)
+    entry = {"bits": 3, "group_size": 256, "mode": "trellis",
+             "trellis": {"L": 12, "code": "mul1", "axis": axis, "interleave": False,
+                         "version": 2}}
+    return TrellisLinear(torch.from_numpy(words.view(np.int32)), torch.from_numpy(scales), entry)
+
+
+def modules() -> dict:
+    g = torch.Generator().manual_seed(3)
+    return {"affine4": affine(g, 1536, 1024), "affine8": affine(g, 1024, 1024, bits=8),
+            "trellis-rows": trellis(2048, 1024, 1, 1),  # out 2048, in 1024
+            "trellis-cols": trellis(4096, 1024, 0, 2)}  # stored [in 4096, out 1024]
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["affine4", "affine8", "trellis-rows", "trellis-cols"])
+def test_compiled_chain_with_pdl_equals_eager(name, monkeypatch):
+    import torch._inductor.config as ind
+
+    if not hasattr(ind.triton, "enable_pdl"):
+        pytest.skip("this torch's inductor has no PDL")
+    monkeypatch.setattr(ind.triton, "enable_pdl", True)
+    torch._dynamo.reset()
+    mod = modules()[name].cuda()
+
+    def chain(x):
+        return mod(x * 2) * 0.5
+
+    step = torch.compile(chain)
+    x = torch.zeros(1, mod.in_features, device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):
+        step(x)  # compile and warm up outside the graph
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = step(x)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for _ in range(20):
+        x.copy_(torch.randn(x.shape, device="cuda", generator=g))
+        graph.replay()
+        want = mod(x * 2) * 0.5
+        assert torch.equal(y, want)
