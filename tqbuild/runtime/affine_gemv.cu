@@ -162,7 +162,6 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
   const uint32_t mask_a = ra < N ? 0xFFFFFFFFu : 0u, mask_b = rb < N ? 0xFFFFFFFFu : 0u;
   const uint16_t* xr = x + (int64_t)(g < M ? g : M - 1) * K + 4 * c * P;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  if (TQ_AFF_PDL) pdl_trigger();
 
   for (int ch0 = lo + warp; ch0 < hi; ch0 += U * W) {
     // U chunks in flight: this lane's words of rows g and g + 8 and their groups' scales
@@ -189,7 +188,11 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
 #pragma unroll
     for (int d = 1; d < U; ++d) all |= SBa[d] | SBb[d] | A[d].x | B[d].x;
     SBa[0] |= all & (mask2 >> 30);
-    if (TQ_AFF_PDL && ch0 == lo + warp) pdl_wait();  // x: the kernel before this one's
+    if (TQ_AFF_PDL && ch0 == lo + warp) {
+      pdl_wait();  // x: the kernel before this one's
+      pdl_trigger();  // after the wait: a kernel launched early may rely on every kernel
+                      // before this one having finished (inductor's do)
+    }
 #pragma unroll
     for (int d = 0; d < U; ++d) {
       const int k0 = (ch0 + d * W < hi ? ch0 + d * W : ch0) * CK;  // the chunk's first input
@@ -228,7 +231,9 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
     }
   }
 
-  // the W warps' partial sums, added in warp order by warp 0
+  // the W warps' partial sums, added in warp order by warp 0 (under PDL a warp without
+  // chunks waits here: out is written only after the kernel before this one finished)
+  if (TQ_AFF_PDL) pdl_wait();
   TQ_SHARED float red[W][4][32];
 #pragma unroll
   for (int r = 0; r < 4; ++r) red[warp][r][lane] = acc[r];

@@ -432,13 +432,16 @@ __global__ void __launch_bounds__(512) rows_fused(
             if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
         }
     };
-    if (TQ_PDL_IN) pdl_trigger();  // the next kernel may start (it waits for this grid)
     start_rows((blockIdx.x * rgb + rg) * RB);
     if (qw) {
         pdl_wait();
         expand_groups<Q8, GS>(qw, gs, gb, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
     } else {
-        if (TQ_PDL_IN) pdl_wait();  // x: the kernel before this one's (words on their way)
+        if (TQ_PDL_IN) {
+            pdl_wait();  // x: the kernel before this one's (words on their way)
+            pdl_trigger();  // after the wait: a kernel launched early may rely on every
+                            // kernel before this one having finished (inductor's do)
+        }
         quantize_groups<Q8, GS>(x, dtype, M, n, sp, gsm, gbm, threadIdx.x, blockDim.x);
     }
     __syncthreads();
@@ -988,7 +991,8 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     const uint32_t* __restrict__ words, const void* x, int dtype,
     const __half* __restrict__ rs, Out dst, int nrows, int nw, int n_out,
     int ppb, int per, float factor) {
-    pdl_trigger();  // sum_splits may start (it waits for this grid)
+    if (TQ_PDL_IN) pdl_wait();  // x: the kernel before this one's
+    pdl_trigger();  // sum_splits may start (it waits for this grid); after the wait
     constexpr int VPT = vpt_for(M), S = 32 / VPT, RG = COLS_WARPS / S;
     extern __shared__ int4 smem4[];
     float* red = reinterpret_cast<float*>(smem4);  // [RG][32][M][32]
@@ -997,7 +1001,6 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     int* gbm = reinterpret_cast<int*>(gsm + M * (per >> 5));
     const int row0 = blockIdx.y * per;
     const int nrows_split = min(nrows - row0, per);
-    if (TQ_PDL_IN) pdl_wait();  // x: the kernel before this one's
     for (int c0 = 0; c0 < M * (per >> 3); c0 += blockDim.x) {  // whole warps (quant8)
         const int c = c0 + threadIdx.x;
         const bool in = c < M * (per >> 3);
