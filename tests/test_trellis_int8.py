@@ -295,6 +295,23 @@ def test_tuning_defines_join_the_build_flags(monkeypatch):
         nvcc.library_path(trellis_cuda.SOURCE, tuned)
 
 
+def test_a_local_header_joins_the_cache_key(tmp_path, monkeypatch):
+    """The decode sources share pdl_launch.cuh (shipped beside them): its bytes are
+    part of each library's key, so editing it rebuilds them."""
+    from tqbuild.kernels import nvcc
+    from tqbuild.runtime import affine_cuda
+
+    for src in (trellis_cuda.SOURCE, affine_cuda.SOURCE):
+        assert [h.name for h in nvcc.local_includes(src)] == ["pdl_launch.cuh"]
+        assert nvcc.local_includes(src)[0].is_file()
+    monkeypatch.setattr(nvcc, "arch", lambda: "sm_90")
+    (tmp_path / "k.cu").write_text('#include <cstdint>\n  #include "h.cuh"\n')
+    (tmp_path / "h.cuh").write_text("// one\n")
+    before = nvcc.library_path(tmp_path / "k.cu", [])
+    (tmp_path / "h.cuh").write_text("// two\n")
+    assert nvcc.library_path(tmp_path / "k.cu", []) != before
+
+
 def test_streamed_eval_refuses_the_int8_mode(tmp_path, monkeypatch):
     from tqbuild.errors import BadInput
     from tqbuild.eval.run import path_window_logits

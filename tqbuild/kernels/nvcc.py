@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,8 +30,16 @@ def arch() -> str:
     return f"sm_{major}{minor}"
 
 
+def local_includes(source: Path) -> list[Path]:
+    """The files a source names with #include "…" beside it (one level: the headers
+    here include no local files)."""
+    names = re.findall(rb'^\s*#include\s+"([^"]+)"', source.read_bytes(), re.M)
+    return [source.parent / n.decode() for n in names]
+
+
 def library_path(source: Path, flags: list[str]) -> Path:
-    key = hashlib.sha256(source.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
+    text = source.read_bytes() + b"".join(h.read_bytes() for h in local_includes(source))
+    key = hashlib.sha256(text + " ".join(flags).encode()).hexdigest()[:16]
     return cache_dir() / f"{source.stem}-{arch()}-{key}.so"
 
 

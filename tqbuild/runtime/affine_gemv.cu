@@ -42,18 +42,7 @@ TQ_DEV uint2 ld64(const void* p) { return __ldg(reinterpret_cast<const uint2*>(p
 TQ_DEV uint32_t ld16(const uint16_t* p) { return __ldg(p); }
 TQ_DEV uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) { return __byte_perm(a, b, sel); }
 TQ_DEV void sync_block() { __syncthreads(); }
-// programmatic dependent launch (sm_90+, where the launch asks for it): the kernel
-// after this one may start; wait for the kernel before this one (x) to finish
-TQ_DEV void pdl_trigger() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-TQ_DEV void pdl_wait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+#include "pdl_launch.cuh"  // pdl_trigger, pdl_wait, launch
 
 
 // d = a·b + c on two bf16 (DT 0) or fp16 (DT 1) halves, rounded once
@@ -255,23 +244,12 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
 
 #ifdef __CUDACC__
 template <int BITS, int DT>
-static int launch(const void* x, const void* words, const void* scales, const void* biases,
+static int launch_affine(const void* x, const void* words, const void* scales, const void* biases,
                   void* out, int M, int N, int K, int gs, int splits, cudaStream_t stream) {
   const AffLaunch a = aff_launch(BITS, DT, N, K, gs, splits);
-  cudaLaunchConfig_t c = {};
-  c.gridDim = dim3(a.tiles, a.splits);
-  c.blockDim = dim3(32 * AFF_WARPS);
-  c.stream = stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  c.attrs = at;
-  c.numAttrs = TQ_AFF_PDL ? 1 : 0;
-  return (int)cudaLaunchKernelEx(
-      &c, affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>, static_cast<const uint16_t*>(x),
-      static_cast<const uint32_t*>(words), static_cast<const uint16_t*>(scales),
-      static_cast<const uint16_t*>(biases), out, M, N, K, a.gs_log2, a.per_split, a.f32_out,
-      a.mask2);
+  return launch(affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>, dim3(a.tiles, a.splits),
+                dim3(32 * AFF_WARPS), 0, stream, TQ_AFF_PDL, x, words, scales, biases, out, M, N,
+                K, a.gs_log2, a.per_split, a.f32_out, a.mask2);
 }
 
 // x [M, K] (dtype 0 bf16, 1 fp16), words [N, K·bits/32], scales and biases [N, K/gs]
@@ -282,12 +260,12 @@ extern "C" int tq_affine_mma(const void* x, const void* words, const void* scale
                              const void* biases, void* out, int M, int N, int K, int gs,
                              int bits, int dtype, int splits, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (bits == 4 && dtype == 0) return launch<4, 0>(x, words, scales, biases, out, M, N, K, gs, splits, s);
-  if (bits == 4 && dtype == 1) return launch<4, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
-  if (bits == 2 && dtype == 0) return launch<2, 0>(x, words, scales, biases, out, M, N, K, gs, splits, s);
-  if (bits == 2 && dtype == 1) return launch<2, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
-  if (bits == 8 && dtype == 0) return launch<8, 0>(x, words, scales, biases, out, M, N, K, gs, splits, s);
-  if (bits == 8 && dtype == 1) return launch<8, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
+  if (bits == 4 && dtype == 0) return launch_affine<4, 0>(x, words, scales, biases, out, M, N, K, gs, splits, s);
+  if (bits == 4 && dtype == 1) return launch_affine<4, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
+  if (bits == 2 && dtype == 0) return launch_affine<2, 0>(x, words, scales, biases, out, M, N, K, gs, splits, s);
+  if (bits == 2 && dtype == 1) return launch_affine<2, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
+  if (bits == 8 && dtype == 0) return launch_affine<8, 0>(x, words, scales, biases, out, M, N, K, gs, splits, s);
+  if (bits == 8 && dtype == 1) return launch_affine<8, 1>(x, words, scales, biases, out, M, N, K, gs, splits, s);
   return -1;
 }
 #endif

@@ -29,6 +29,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "pdl_launch.cuh"
+
 #ifndef TQ_K
 #error "define TQ_K, TQ_L and TQ_CODE"
 #endif
@@ -351,19 +353,8 @@ __device__ __forceinline__ void take(uint32_t (&slot)[RB][K + 1], uint32_t (&w)[
     }
 }
 
-// Programmatic dependent launch (sm_90+): quantize_x lets the kernel after it
-// start at once; that kernel loads its first weight words, then waits for x.
-// Without the launch attribute (or before sm_90) the wait is a no-op.
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (pdl_launch.cuh): quantize_x lets the kernel after
+// it start at once; that kernel loads its first weight words, then waits for x.
 
 // quantize_x's global layout (qw, gs, gb) -> a rows block's shared memory as
 // quantize_groups<Q8, GS> writes it (M = 1: the int8 q splatted to int32)
@@ -1219,24 +1210,8 @@ size_t fused_smem(int M, int n, int RB, int warps) {
     return ((size_t)M * ng * (M > 1 ? 12 : 36) + 2 * (size_t)M * ng + (size_t)warps * RB * M) * 4;
 }
 
-// a kernel launch, with programmatic dependent launch where `pdl` (it may start
-// while the kernel before it runs; it waits for that one's output in pdl_wait)
-template <typename... P, typename... A>
-int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
-           A... args) {
-    cudaLaunchConfig_t c = {};
-    c.gridDim = grid;
-    c.blockDim = block;
-    c.dynamicSmemBytes = smem;
-    c.stream = st;
-    cudaLaunchAttribute a[1];
-    a[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    a[0].val.programmaticStreamSerializationAllowed = 1;
-    c.attrs = a;
-    c.numAttrs = pdl ? 1 : 0;
-    const cudaError_t e = cudaLaunchKernelEx(&c, kernel, static_cast<P>(args)...);
-    return (int)(e != cudaSuccess ? e : cudaGetLastError());
-}
+// Programmatic dependent launch (pdl_launch.cuh): quantize_x lets the kernel after
+// it start at once; that kernel loads its first weight words, then waits for x.
 
 // x [M, n] -> ws: int8 q (8 words a group), then scales and −510·Σq (M·n/32 each)
 struct Quantized { uint32_t* q = nullptr; float* gs = nullptr; int* gb = nullptr; };
