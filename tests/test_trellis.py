@@ -310,6 +310,9 @@ def test_lazy_span_defers_whole_groups_on_cuda_only():
 
     assert lazy_span(128, cuda=False) == 128  # CPU: the locked artifacts' order
     assert [lazy_span(gr, cuda=True) for gr in (128, 256, 300, 2048)] == [1024, 1024, 900, 2048]
+    g = Geometry(L=12, k=2, T=64, code="1mad", axis=1, group=64)
+    with pytest.raises(ValueError, match="whole groups"):
+        ldlq_core(torch.randn(4, 128), _correlated_h(128), g, 0.01, 1e9, span=96)
 
 
 def test_lazy_ldlq_codes_a_trellis_tensor_as_the_eager_order():

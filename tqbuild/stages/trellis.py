@@ -131,6 +131,8 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
     peaks = []  # each group's target peak, checked once after the loop (no host sync
     # per group); a diverged pass is discarded whole, as if it had stopped there
     span = lazy_span(g.group, W.is_cuda) if span is None else span
+    if span % g.group:
+        raise ValueError(f"LDLQ span {span} is not whole groups of {g.group} columns")
     for s0 in range(0, cols, span):
         s1 = min(s0 + span, cols)
         errs, feeds = [], []  # the span's errors and their feeds past it
