@@ -66,7 +66,6 @@ def main() -> None:
             assert rc == 0, rc
 
     def chain(mode: str = "", method: int = 0, dist: int = 1, fill: bool = False):
-        main_s = torch.cuda.current_stream()
         side = torch.cuda.Stream() if mode == "side" else None
 
         def run() -> None:
@@ -83,7 +82,6 @@ def main() -> None:
                     torch.add(fbuf, filler, out=fbuf)
             if side is not None:
                 torch.cuda.current_stream().wait_stream(side)
-        del main_s
         return graph_time(run)
 
     res: dict = {"host": host(), "layers": a.layers, "chain_ms": {}, "per_op_us": {}}

@@ -30,15 +30,17 @@ def arch() -> str:
     return f"sm_{major}{minor}"
 
 
-def local_includes(source: Path) -> list[Path]:
-    """The files a source names with #include "…" beside it (one level: the headers
-    here include no local files)."""
-    names = re.findall(rb'^\s*#include\s+"([^"]+)"', source.read_bytes(), re.M)
+def local_includes(source: Path, text: bytes | None = None) -> list[Path]:
+    """The files a source (its bytes `text`, read if not given) names with
+    #include "…" beside it (one level: the headers here include no local files)."""
+    text = source.read_bytes() if text is None else text
+    names = re.findall(rb'^\s*#include\s+"([^"]+)"', text, re.M)
     return [source.parent / n.decode() for n in names]
 
 
 def library_path(source: Path, flags: list[str]) -> Path:
-    text = source.read_bytes() + b"".join(h.read_bytes() for h in local_includes(source))
+    text = source.read_bytes()
+    text += b"".join(h.read_bytes() for h in local_includes(source, text))
     key = hashlib.sha256(text + " ".join(flags).encode()).hexdigest()[:16]
     return cache_dir() / f"{source.stem}-{arch()}-{key}.so"
 

@@ -1210,9 +1210,6 @@ size_t fused_smem(int M, int n, int RB, int warps) {
     return ((size_t)M * ng * (M > 1 ? 12 : 36) + 2 * (size_t)M * ng + (size_t)warps * RB * M) * 4;
 }
 
-// Programmatic dependent launch (pdl_launch.cuh): quantize_x lets the kernel after
-// it start at once; that kernel loads its first weight words, then waits for x.
-
 // x [M, n] -> ws: int8 q (8 words a group), then scales and −510·Σq (M·n/32 each)
 struct Quantized { uint32_t* q = nullptr; float* gs = nullptr; int* gb = nullptr; };
 Quantized quantize(const void* x, int dtype, int M, int n, uint32_t* ws, cudaStream_t st,
