@@ -69,3 +69,30 @@ def test_compiled_chain_with_pdl_equals_eager(name, monkeypatch):
         graph.replay()
         want = mod(x * 2) * 0.5
         assert torch.equal(y, want)
+
+
+@pytest.mark.parametrize("env,inductor,want", [
+    ("", False, []),
+    ("", True, ["-DTQ_PDL_IN=1"]),
+    ("-DTQ_COLS_DEPTH=2", True, ["-DTQ_COLS_DEPTH=2", "-DTQ_PDL_IN=1"]),
+    ("-DTQ_PDL_IN=0", True, ["-DTQ_PDL_IN=0"]),
+    ("-DTQ_PDL_IN=1", False, ["-DTQ_PDL_IN=1"])])
+def test_decode_kernels_follow_inductors_pdl(monkeypatch, env, inductor, want):
+    """Our kernels' PDL is on by default exactly where inductor's is; an explicit
+    define in the flags wins either way."""
+    from tqbuild.runtime import affine_cuda, gpu_info, trellis_cuda
+    monkeypatch.setenv("TQBUILD_GEMV_FLAGS", env)
+    monkeypatch.setenv("TQBUILD_AFFINE_FLAGS", env.replace("TQ_PDL_IN", "TQ_AFF_PDL"))
+    monkeypatch.setattr(gpu_info, "inductor_pdl", lambda: inductor)
+    assert trellis_cuda._flags(3, 12, "mul1")[3:] == want
+    assert affine_cuda.flags() == [f.replace("TQ_PDL_IN", "TQ_AFF_PDL") for f in want]
+
+
+def test_inductor_pdl_reads_torchs_config(monkeypatch):
+    from torch._inductor import config
+
+    from tqbuild.runtime import gpu_info
+    monkeypatch.setattr(config.triton, "enable_pdl", True)
+    assert gpu_info.inductor_pdl()
+    monkeypatch.setattr(config.triton, "enable_pdl", False)
+    assert not gpu_info.inductor_pdl()

@@ -30,7 +30,8 @@ BUILDS = [((), "default", True),
           (("TQ_VIT_BT=0", "TQ_VIT_HIST=2"), "fused-hist2", False),
           (("TQ_VIT_HIST=2", "TQ_VIT_HSTEP=2", "TQ_VIT_BUF3=0"), "hist2-step2", False),
           (("TQ_VIT_HIST=2", "TQ_VIT_HSTEP=2", "TQ_VIT_BUF3=1"), "hist2-step2-buf3", True),
-          (("TQ_VIT_HSTEP=4",), "step4", False)]
+          (("TQ_VIT_HSTEP=4",), "step4", False),
+          (("TQ_VIT_BTW=32",), "btw32", False)]
 
 
 @pytest.fixture(scope="module", params=[
@@ -47,7 +48,7 @@ def harness(request, tmp_path_factory) -> Path:
     k = 4; with at most 4 cached rows and the minima stored by each thread; with the
     L = 16 backtrack in the forward kernel's block (with backpointers, with bulk-copied
     minima); with every other step's minima kept at every k (with two and with three cost
-    buffers); with every fourth step's at k = 2."""
+    buffers); with every fourth step's at k = 2; with 32 sequences a backtrack block."""
     return simt_harness.build("viterbi_host", "tqbuild/kernels", tmp_path_factory.mktemp("simt"),
                               request.param)
 

@@ -781,7 +781,14 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 // argmins, or the costs, by shuffle). d: as many steps as 32 lanes take. From the pass's
 // final state links[2b]; pass 0 (rolled x) stops at T/2 and leaves its class in
 // links[2b + 1], pass 1 writes the states.
-constexpr int BT_WARPS = 4;  // sequences a backtrack block
+// TQ_VIT_BTW: sequences (warps) a backtrack block. Few large blocks keep the backtracks,
+// which wait on dependent reads, on few SMs, so another stream's forward blocks (one an SM)
+// can take the rest.
+#ifndef TQ_VIT_BTW
+#define TQ_VIT_BTW 4
+#endif
+constexpr int BT_WARPS = TQ_VIT_BTW;
+static_assert(BT_WARPS >= 1 && BT_WARPS <= 32, "backtrack block");
 template <int L, int K, int MODE>
 __global__ void __launch_bounds__(32 * BT_WARPS)
 viterbi_backtrack_kernel(const float* __restrict__ x, const float* __restrict__ table, int T,

@@ -66,8 +66,9 @@ def serves(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
 
 def flags() -> list[str]:
     """nvcc defines of the library: TQBUILD_AFFINE_FLAGS adds tuning defines
-    (-DTQ_AFF_MINB=3, -DTQ_AFF_PDL=1, …: bench/affine_gemv.py --variants)."""
-    return os.environ.get("TQBUILD_AFFINE_FLAGS", "").split()
+    (-DTQ_AFF_MINB=3, -DTQ_AFF_PDL=1, …: bench/affine_gemv.py --variants); TQ_AFF_PDL
+    follows inductor's PDL unless set there (`gpu_info.pdl_defines`)."""
+    return gpu_info.pdl_defines("TQBUILD_AFFINE_FLAGS", "TQ_AFF_PDL")
 
 
 @functools.cache

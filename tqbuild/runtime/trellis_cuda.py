@@ -46,8 +46,9 @@ def mode() -> str:
 
 def _flags(k: int, L: int, code: str) -> list[str]:
     """nvcc defines of one library; TQBUILD_GEMV_FLAGS adds tuning defines
-    (e.g. "-DTQ_COLS_DEPTH=2": benchmark sweeps; part of the cache key)."""
-    extra = os.environ.get("TQBUILD_GEMV_FLAGS", "").split()
+    (e.g. "-DTQ_COLS_DEPTH=2": benchmark sweeps; part of the cache key); TQ_PDL_IN
+    follows inductor's PDL unless set there (`gpu_info.pdl_defines`)."""
+    extra = gpu_info.pdl_defines("TQBUILD_GEMV_FLAGS", "TQ_PDL_IN")
     return [f"-DTQ_K={k}", f"-DTQ_L={L}", f"-DTQ_CODE={CODE_IDS[code]}", *extra]
 
 
