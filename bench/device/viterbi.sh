@@ -5,7 +5,8 @@
 # vreg (L = 16 compile-time variants: their CUDA tests, then L = 16 timed beside the default),
 # ncu (Nsight Compute sections of the L = 16 kernels, bench/device/ncu_viterbi.py), stalls
 # (stall reasons, pipes and bank conflicts of the default and the SVARIANTS builds), streams
-# (bench/viterbi_cuda.py --ls 16 with the launches on 1 and on 2 streams, VSTREAMS).
+# (bench/viterbi_cuda.py --ls 16 with the launches on 1 and on 2 streams, VSTREAMS), btw
+# (sequences a backtrack block x streams).
 # The image lacks pydantic (tests/test_trellis.py imports it): carry its wheels in .whl/
 # (git-ignored; `carry: [".whl"]`), made here with
 #   pip download --no-deps -d .whl --python-version 3.12 --platform manylinux2014_x86_64 \
@@ -72,6 +73,21 @@ for step in "$@"; do
                --ls 16 --no-old --tag="-${VTAG:-}s$n" 2>&1 | cut -c1-300
            done
            cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"s*.json "$OUT/" ;;
+    btw) # sequences a backtrack block (TQ_VIT_BTW, BTWS) x launch streams (1 = per k, 2):
+         # the CUDA tests -k 16 under each non-default BTW, then --ls 16 for each pair
+         for w in ${BTWS:-32}; do
+           TQBUILD_VITERBI_FLAGS="-DTQ_VIT_BTW=$w" timeout "${TESTS_S:-150}" python3 -m pytest -q -x \
+             tests/test_viterbi_cuda.py -k "16" 2>&1 | tail -2
+         done
+         for pair in ${BTW_RUNS:-4:per 32:per 32:2 4:2}; do
+           w=${pair%%:*} n=${pair##*:}
+           [ "$n" = per ] && unset TQBUILD_VITERBI_STREAMS || export TQBUILD_VITERBI_STREAMS=$n
+           TQBUILD_VITERBI_FLAGS=$([ "$w" = 4 ] || echo "-DTQ_VIT_BTW=$w") \
+             timeout "$(( ${END_S:-570} - SECONDS ))" python3 bench/viterbi_cuda.py --ls 16 --no-old \
+             --tag="-${VTAG:-}w${w}s$n" 2>&1 | cut -c1-200
+           cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"w${w}s$n.json "$OUT/"
+         done
+         unset TQBUILD_VITERBI_STREAMS ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac
