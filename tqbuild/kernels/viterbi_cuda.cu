@@ -781,9 +781,9 @@ viterbi_tailbiting_kernel(const float* __restrict__ x, const float* __restrict__
 // argmins, or the costs, by shuffle). d: as many steps as 32 lanes take. From the pass's
 // final state links[2b]; pass 0 (rolled x) stops at T/2 and leaves its class in
 // links[2b + 1], pass 1 writes the states.
-// TQ_VIT_BTW: sequences (warps) a backtrack block. Few large blocks keep the backtracks,
-// which wait on dependent reads, on few SMs, so another stream's forward blocks (one an SM)
-// can take the rest.
+// TQ_VIT_BTW: sequences (warps) a backtrack block. 32 (the backtracks on few SMs, the rest
+// left to another stream's forward blocks) measured slower than 4 on one stream and on two
+// (H100, k = 2 −5 %, k = 3 on two streams −11 %: bench/results/viterbi_cuda-cuda-s16w*.json).
 #ifndef TQ_VIT_BTW
 #define TQ_VIT_BTW 4
 #endif
