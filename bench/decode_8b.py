@@ -57,7 +57,7 @@ sys.path.insert(0, str(HERE.parent))
 from hostinfo import host  # noqa: E402
 from trellis_decode import graph_tokens_per_s  # noqa: E402
 
-from tqbuild.runtime import trellis_cuda  # noqa: E402
+from tqbuild.runtime import affine_cuda, trellis_cuda  # noqa: E402
 from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
 from tqbuild.runtime.fused_mlp import fuse_gate_up  # noqa: E402
 from tqbuild.runtime.fused_qkv import PROJ, fuse_qkv  # noqa: E402
@@ -161,7 +161,10 @@ def main() -> None:
                                       "heads": "32/8", "vocab": 128256},
            "tokens": 64, "variants": {},
            "env": {k: os.environ[k] for k in ("TORCHINDUCTOR_ENABLE_PDL", "TQBUILD_GEMV_FLAGS",
-                                              "TQBUILD_AFFINE_FLAGS") if k in os.environ}}
+                                              "TQBUILD_AFFINE_FLAGS") if k in os.environ},
+           # the defines the decode libraries are built with (PDL follows inductor's)
+           "kernel_flags": {"trellis": trellis_cuda._flags(3, 12, "mul1")[3:],
+                            "affine": affine_cuda.flags()}}
 
     def run(name: str) -> None:
         if only and name not in only:

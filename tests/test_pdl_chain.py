@@ -76,7 +76,8 @@ def test_compiled_chain_with_pdl_equals_eager(name, monkeypatch):
     ("", True, ["-DTQ_PDL_IN=1"]),
     ("-DTQ_COLS_DEPTH=2", True, ["-DTQ_COLS_DEPTH=2", "-DTQ_PDL_IN=1"]),
     ("-DTQ_PDL_IN=0", True, ["-DTQ_PDL_IN=0"]),
-    ("-DTQ_PDL_IN=1", False, ["-DTQ_PDL_IN=1"])])
+    ("-DTQ_PDL_IN=1", False, ["-DTQ_PDL_IN=1"]),
+    ("-DTQ_PDL_INX=2", True, ["-DTQ_PDL_INX=2", "-DTQ_PDL_IN=1"])])
 def test_decode_kernels_follow_inductors_pdl(monkeypatch, env, inductor, want):
     """Our kernels' PDL is on by default exactly where inductor's is; an explicit
     define in the flags wins either way."""

@@ -22,7 +22,7 @@ def pdl_defines(env: str, define: str) -> list[str]:
     measured +1.5 % decode (8B Q3, H100, bench/results/decode_8b-cuda-s16pp.json); without
     it ours gains nothing (no kernel before it triggers early)."""
     extra = os.environ.get(env, "").split()
-    if not any(f.startswith(f"-D{define}") for f in extra) and inductor_pdl():
+    if not any(f.split("=")[0] == f"-D{define}" for f in extra) and inductor_pdl():
         extra.append(f"-D{define}=1")
     return extra
 
