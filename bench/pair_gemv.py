@@ -40,7 +40,8 @@ L, Q, T = 12, 9, 256
 HASH = 0x83DCD12D
 SHAPES = {"8192x8192": (8192, 8192), "gate": (17408, 5120), "q8b": (4096, 4096),
           "gate8b": (14336, 4096)}
-SHAPES_M = {1: [(2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (4, 4)], 4: [(1, 1), (1, 2), (2, 1), (2, 2)]}
+SHAPES_M = {1: [(2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (4, 4)],
+            4: [(1, 1), (1, 2), (2, 1), (2, 2)]}
 
 
 def flags(k: int) -> list[str]:
@@ -167,8 +168,8 @@ def main() -> None:
         t_bf = {}
         for M in ms:
             xm = torch.randn(M, n, device="cuda", dtype=torch.bfloat16, generator=g)
-            t_bf[M] = graph_time(lambda xm=xm: [torch.nn.functional.linear(xm, w) for w in bfs]
-                                 ) / len(bfs)
+            t_bf[M] = graph_time(lambda xm=xm, bfs=bfs: [torch.nn.functional.linear(xm, w)
+                                                          for w in bfs]) / len(bfs)
         del bfs
         for k in ks:
             lib = library(k)
@@ -179,13 +180,13 @@ def main() -> None:
             for M in ms:
                 xm = torch.randn(M, n, device="cuda", dtype=torch.bfloat16, generator=g)
                 kw = dict(code="mul1", k=k, T=T, L=L, axis=1, out_features=rows, in_features=n)
-                t_mul1 = graph_time(lambda: [tc.matvec(xm, w, sc, **kw) for w, sc in copies]
-                                    ) / len(copies)
+                t_mul1 = graph_time(lambda xm=xm, kw=kw, cs=copies: [
+                    tc.matvec(xm, w, sc, **kw) for w, sc in cs]) / len(copies)
                 tried = {}
                 for rb, wpr in SHAPES_M[M]:
                     tried[f"RB{rb} WPR{wpr}"] = graph_time(
-                        lambda rb=rb, wpr=wpr: [run(lib, w, sc, table, xm, rb, wpr)
-                                                for w, sc in copies]) / len(copies)
+                        lambda rb=rb, wpr=wpr, lib=lib, t=table, xm=xm, cs=copies: [
+                            run(lib, w, sc, t, xm, rb, wpr) for w, sc in cs]) / len(copies)
                 best = min(tried, key=tried.get)
                 c = {"shape": sname, "rows": rows, "n": n, "k": k, "M": M,
                      "bf16_seconds": t_bf[M], "mul1_seconds": t_mul1,
