@@ -236,3 +236,25 @@ def test_feedback_settings_build_decode_and_are_recorded(llama_src, tmp_path):
     d1 = QuantSpec(format="trellis", method="ldlq", bits=3,
                    trellis={"refit": True}).model_dump()["trellis"]
     assert "refit" not in d0 and "scale_alpha" not in d0 and d1["refit"] is True
+
+
+MLP_PAIR = """      default: {method: gptq, bits: 4, group_size: 32}
+      rules:
+        - {match: 'mlp\\.(gate|up)_proj$', format: trellis, method: ldlq, bits: 3,
+           trellis: {T: 64, code: pair, refit: true}}
+        - {match: 'mlp\\.down_proj$', format: trellis, method: ldlq, bits: 2,
+           trellis: {T: 64, code: pair, ldlq_group: 4}}"""
+
+
+def test_pair_code_builds_verifies_and_decodes(llama_src, tmp_path):
+    """The pair code (format version 3) through the whole build: LDLQ on both axes,
+    refit, the in-place verify through the runtimes, and the recorded reconstruction."""
+    r = _write(tmp_path, llama_src, MLP_PAIR, "original")
+    p = _cli(r, "--workdir", tmp_path / "w")
+    assert p.returncode == 0, p.stderr[-3000:]
+    meta = _check_decodes(tmp_path / "out")
+    rec = meta["modules"]["model.layers.0.mlp.down_proj"]
+    assert rec["trellis"] == {"L": 12, "code": "pair", "axis": 0, "interleave": False,
+                              "version": 3}
+    assert rec["bits"] == 2
+    assert meta["modules"]["model.layers.1.mlp.gate_proj"]["trellis"]["version"] == 3

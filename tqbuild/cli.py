@@ -454,7 +454,7 @@ def sensitivity_cmd(
 def codec_check_cmd(
     L: Annotated[int, typer.Option("--L", help="trellis state bits")] = 12,
     k: Annotated[int, typer.Option("--k", help="bits per weight")] = 2,
-    code: Annotated[str, typer.Option("--code", help="1mad | 3inst | mul1")] = "1mad",
+    code: Annotated[str, typer.Option("--code", help="1mad | 3inst | mul1 | pair")] = "1mad",
     T: Annotated[int, typer.Option("--T", help="weights per tail-biting block")] = 256,
     sequences: Annotated[int, typer.Option("--sequences")] = 4096,
     device: Annotated[str, typer.Option("--device", help="cpu | cuda[:N]")] = "cpu",
@@ -467,8 +467,12 @@ def codec_check_cmd(
         raise BadInput(f"unknown code {code!r}", fix=f"use one of {', '.join(CODES)}")
     if L not in (12, 16) and not 4 <= L <= 20:
         raise BadInput(f"--L {L} is out of range", fix="use 12 or 16")
-    if not 1 <= k <= L // 2:
-        raise BadInput(f"--k {k} must be in 1..{L // 2} for L = {L}", fix="use k = 1..4")
+    if code == "pair" and not 9 <= L <= 16:
+        raise BadInput(f"--L {L}: the pair code's table index needs 9 <= L <= 16", fix="use 16")
+    top = L // 4 if code == "pair" else L // 2  # the pair code shifts 2k bits a step
+    if not 1 <= k <= top:
+        raise BadInput(f"--k {k} must be in 1..{top} for L = {L} (code {code})",
+                       fix="use k = 1..4 (pair: k <= L/4)")
     if T * k < L or sequences < 1:
         raise BadInput(f"T = {T} weights at k = {k} cannot hold an L = {L} bit state "
                        "(or --sequences < 1)", fix="use T = 256")

@@ -65,9 +65,11 @@ class TrellisParams(Frozen):
 
     L: Literal[12, 16] = 12
     T: int = Field(256, ge=8, le=4096, description="weights per tail-biting block")
-    code: Literal["1mad", "3inst", "mul1"] = Field(
+    code: Literal["1mad", "3inst", "mul1", "pair"] = Field(
         "1mad", description="the computed code; mul1 (exllamav3's hash, lower MSE) needs "
-        "trellis format version 2 to load")
+        "trellis format version 2 to load; pair (two weights a state from a 512-entry "
+        "table: needs format version 3, k <= L/4; no packed decode kernels yet, so its "
+        "modules run expanded)")
     axis: Literal["auto", 0, 1] = Field(
         "auto", description="coded axis; auto = the rotated one (0 for residual writers "
         "such as down_proj, 1 otherwise)")
@@ -122,6 +124,12 @@ class QuantSpec(Frozen):
             if isinstance(self.bits, int) and self.bits not in TRELLIS_BITS:
                 raise ValueError(f"trellis bits (k) must be one of {TRELLIS_BITS}, "
                                  f"got {self.bits}")
+            tp = self.trellis
+            top = self.bits if isinstance(self.bits, int) else max(self.bits.choices)
+            if tp.code == "pair" and (4 * top > tp.L or tp.T % 2):
+                raise ValueError(f"the pair code shifts 2k bits a step: it needs k <= L/4 "
+                                 f"(k = {top}, L = {tp.L}) and an even T (T = {tp.T}); "
+                                 "use L: 16 or smaller k")
         else:
             if self.method == "ldlq":
                 raise ValueError("method ldlq needs `format: trellis` (use gptq for affine)")

@@ -5,6 +5,8 @@ little-endian uint32 words, bit offset o = bit (o mod 32) of word o // 32.
 Symbol b_t (the k low bits of state_t) sits at offset (T−1−t)·k, so the L bits
 read LSB-first from that offset, wrapping at T·k, are state_t itself: any
 weight decodes from two word loads. Weight = f32(code(state)) · f32(scale).
+The pair code (version 3) uses the same bits: a step of two weights t = 2u, 2u+1
+takes its value pair from the state of t = 2u + 1 (trellis_codes).
 Interleaved: uint32 [blocks/2, rows, 2·T·k/32], [g, r] = row r's blocks 2g, 2g+1.
 """
 
@@ -16,11 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..kernels.trellis_codes import code_table
+from ..kernels.trellis_codes import values_of
 from .spec import FormatSpec
 
-# version 2 adds the mul1 code; every other artifact stays version 1 (byte-identical)
-VERSIONS = {1: ("1mad", "3inst"), 2: ("1mad", "3inst", "mul1")}
+# version 2 adds the mul1 code, 3 the pair code; every other artifact stays version 1
+# (byte-identical)
+VERSIONS = {1: ("1mad", "3inst"), 2: ("1mad", "3inst", "mul1"),
+            3: ("1mad", "3inst", "mul1", "pair")}
 
 
 def version_for(code: str) -> int:
@@ -177,8 +181,7 @@ def decode_stored(words: np.ndarray, scales: np.ndarray, *, k: int, T: int, L: i
     """Packed words + fp16 scales -> float32 [rows, cols] in the stored orientation."""
     if interleaved:
         words = deinterleave(words)
-    table = code_table(code, L)
-    return table[states_of(words, k, T, L)] * scales.astype(np.float32)[:, None]
+    return values_of(states_of(words, k, T, L), code, L) * scales.astype(np.float32)[:, None]
 
 
 def decode(words: np.ndarray, scales: np.ndarray, *, k: int, T: int, L: int, code: str,

@@ -15,13 +15,23 @@ T·k stored bits form one cycle and every window of L bits is a state.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from .trellis_codes import code_table
+from .trellis_codes import PAIR_CODES, code_table, pair_entries, pair_index
 
 
 def code_tensor(code: str, L: int, device) -> torch.Tensor:
     return torch.from_numpy(code_table(code, L).copy()).to(device)
+
+
+def values(states: torch.Tensor, code: str, L: int) -> torch.Tensor:
+    """float32 values of per-weight states [.., T·n] (trellis_codes.values_of, in torch)."""
+    if code not in PAIR_CODES:
+        return code_tensor(code, L, states.device)[states]
+    tab = torch.from_numpy(pair_entries().copy()).to(states.device)
+    idx = torch.from_numpy(pair_index(np.arange(2**L, dtype=np.uint32), L)).to(states.device)
+    return tab[idx[states[..., 1::2]]].reshape(states.shape)
 
 
 def _pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,
@@ -128,6 +138,8 @@ def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
     torch pass. All choose the same states. `finite`: the caller vouches that x
     is finite, so no host sync checks it. TQBUILD_VITERBI=triton|torch forces
     an older path (benchmarks)."""
+    if code in PAIR_CODES:
+        return pair_tailbiting(x, L, k)
     if not 1 <= k <= L // 2:
         raise ValueError(f"k must be in [1, L/2], got k={k}, L={L}")
     T = x.shape[1]
@@ -152,23 +164,101 @@ def quantize_blocks(x: torch.Tensor, L: int, k: int, code: str = "1mad",
     """Many T-blocks [N, T] in chunks sized for the device -> int64 states [N, T]
     (`finite` as viterbi_tailbiting)."""
     N, T = x.shape
-    table = code_tensor(code, L, x.device)
+    table = None if code in PAIR_CODES else code_tensor(code, L, x.device)
     if chunk is None:
-        chunk = default_chunk(L, k, T, x.device)
+        chunk = default_chunk(L, k, T, x.device, code)
     out = torch.empty(N, T, dtype=torch.int64, device=x.device)
     for a in range(0, N, chunk):
         out[a:a + chunk] = viterbi_tailbiting(x[a:a + chunk], L, k, code, table, finite)
     return out
 
 
-def default_chunk(L: int, k: int, T: int, device) -> int:
+def default_chunk(L: int, k: int, T: int, device, code: str = "1mad") -> int:
     """Blocks per Viterbi call: cache-sized costs on CPU, ~2 GiB of state on CUDA."""
     S = 2**L
     per_block = 4 * T * 2 ** (L - k) + 16 * S  # stored best costs + work buffers
+    if code in PAIR_CODES:  # one byte a class a step (the argmin) + work buffers
+        per_block = (T // 2) * 2 ** (L - 2 * k) + 16 * S
     if torch.device(device).type == "cuda":
         return max(1, min(65536, (4 << 30) // per_block))
     return max(1, min(128, (4 << 20) // (12 * S), (256 << 20) // per_block))
 
 
 def reconstruct(states: torch.Tensor, L: int, code: str = "1mad") -> torch.Tensor:
-    return code_tensor(code, L, states.device)[states]
+    return values(states, code, L)
+
+
+def pair_tailbiting(x: torch.Tensor, L: int, k: int) -> torch.Tensor:
+    """The pair code (two weights a state, trellis_codes): x [B, T] (T even, float32)
+    -> per-weight int64 states [B, T] (the V = 1 reading of the bits they pack to).
+
+    A step shifts K = 2k bits: s_u = ((s_{u−1} << K) | b_u) mod 2^L, predecessors of
+    the states whose top L − K bits are j are j + c·2^(L−K). Step cost: the float32
+    (t0 − x0)² + (t1 − x1)² of the state's table entry, each op rounded (the same
+    ops on CPU and CUDA), plus the best predecessor's; ties to the smallest c and,
+    at the end, the smallest state. Tail-biting as the V = 1 codes, in steps."""
+    B, T = x.shape
+    K = 2 * k
+    if T % 2 or not 1 <= K <= L // 2:
+        raise ValueError(f"the pair code needs an even T and 1 <= 2k <= L/2 "
+                         f"(got T={T}, k={k}, L={L})")
+    if T * k < L:
+        raise ValueError(f"a block of T={T} weights at k={k} holds fewer than L={L} bits")
+    xp = x.float().contiguous().view(B, T // 2, 2)
+    P = T // 2
+    tab = torch.from_numpy(pair_entries().copy()).to(x.device)
+    idx = torch.from_numpy(pair_index(np.arange(2**L, dtype=np.uint32), L)).to(x.device)
+    first = _pair_pass(torch.roll(xp, P // 2, dims=1).contiguous(), tab, idx, L, K, None)
+    steps = _pair_pass(xp, tab, idx, L, K, first[:, P // 2] >> K)
+    return weight_states(steps, k, L)
+
+
+def _pair_pass(x: torch.Tensor, tab: torch.Tensor, idx: torch.Tensor, L: int, K: int,
+               overlap: torch.Tensor | None) -> torch.Tensor:
+    """One pass over x [B, P, 2] -> int64 step states [B, P] (s_0's top L − K bits and
+    s_{P−1}'s low L − K bits pinned to `overlap` where given)."""
+    B, P, _ = x.shape
+    C, J = 2**K, 2 ** (L - K)
+    dev = x.device
+    rows = torch.arange(B, device=dev)
+    t0, t1 = tab[:, 0].view(1, -1), tab[:, 1].view(1, -1)
+
+    def dist(t: int) -> torch.Tensor:  # [B, 2^L]
+        d = (t0 - x[:, t, :1]).square_().add_((t1 - x[:, t, 1:]).square_())
+        return d[:, idx]
+
+    cost = dist(0)
+    if overlap is not None:  # s_0 >> K == overlap
+        keep = torch.full((B, J, C), float("inf"), device=dev)
+        keep[rows, overlap] = cost.view(B, J, C)[rows, overlap]
+        cost = keep.view(B, -1)
+    arg = torch.empty(P, B, J, dtype=torch.uint8, device=dev)
+    for t in range(1, P):
+        best, a = cost.view(B, C, J).min(dim=1)  # first minimum: the smallest c
+        arg[t] = a.to(torch.uint8)
+        cost = best.view(B, J, 1).expand(B, J, C).reshape(B, -1).add_(dist(t))
+    if overlap is not None:  # s_{P−1} mod 2^(L−K) == overlap
+        end = torch.full((B, C, J), float("inf"), device=dev)
+        end[rows, :, overlap] = cost.view(B, C, J)[rows, :, overlap]
+        cost = end.view(B, -1)
+    s = torch.argmin(cost, dim=1)
+    out = torch.empty(B, P, dtype=torch.int64, device=dev)
+    out[:, P - 1] = s
+    for t in range(P - 1, 0, -1):
+        j = s >> K
+        s = j + arg[t, rows, j].long() * J
+        out[:, t - 1] = s
+    return out
+
+
+def weight_states(steps: torch.Tensor, k: int, L: int) -> torch.Tensor:
+    """Pair-code step states [B, P] -> the per-weight V = 1 states [B, 2P]: symbols
+    b_{2u+1} = s_u's low k bits, b_{2u} the next k; state_t = Σ_i b_{t−i} << k·i
+    (cyclic in the block) mod 2^L, so state_{2u+1} == s_u."""
+    B, P = steps.shape
+    m = (1 << k) - 1
+    sym = torch.stack([(steps >> k) & m, steps & m], dim=2).reshape(B, 2 * P)
+    st = torch.zeros_like(sym)
+    for i in range(-(-L // k)):
+        st |= torch.roll(sym, i, dims=1) << (k * i)
+    return st & ((1 << L) - 1)

@@ -23,7 +23,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ..formats.trellis import TrellisEntry
-from ..kernels.trellis_codes import BYTESUM_DIV, BYTESUM_HASH, code_table
+from ..kernels.trellis_codes import BYTESUM_DIV, BYTESUM_HASH, PAIR_CODES, code_table, pair_table
 
 SMALL_M = 8
 
@@ -31,6 +31,11 @@ SMALL_M = 8
 @functools.cache
 def _table(code: str, L: int) -> mx.array:
     return mx.array(code_table(code, L))
+
+
+@functools.cache
+def _pair_table(L: int) -> mx.array:
+    return mx.array(pair_table(L))
 
 
 @functools.cache
@@ -65,6 +70,8 @@ def _windows_to_codes(k: int, T: int, L: int, code: str):
 
     def f(lo: mx.array, hi: mx.array) -> mx.array:
         state = ((lo >> sh) | ((hi << (31 - sh)) << 1)) & ((1 << L) - 1)  # no shift by 32
+        if code in PAIR_CODES:  # a step's pair from its second weight's state
+            return mx.take(_pair_table(L), state[..., 1::2], axis=0).reshape(state.shape)
         return code_values(code, L, state)
 
     return mx.compile(f)

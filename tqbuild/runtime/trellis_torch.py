@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
 from ..formats.trellis import TrellisEntry
-from ..kernels.trellis_codes import code_table
+from ..kernels.trellis_codes import PAIR_CODES, code_table, pair_table
 from . import act_int8, trellis_cuda, trellis_triton
 
 SMALL_M = trellis_triton.MAX_M
@@ -54,7 +54,11 @@ def decode_torch(words: torch.Tensor, scales: torch.Tensor, table: torch.Tensor,
     if interleave:
         g, rows, pair = words.shape
         words = words.permute(1, 0, 2).reshape(rows, g * pair)
-    w = table[_windows(words, k, T, L)] * scales.float()[:, None]
+    st = _windows(words, k, T, L)
+    if table.dim() == 2:  # a pair code's [2^L, 2] table: a step's pair from its 2nd state
+        w = table[st[:, 1::2]].reshape(st.shape) * scales.float()[:, None]
+    else:
+        w = table[st] * scales.float()[:, None]
     return w if axis == 1 else w.t()
 
 
@@ -161,7 +165,8 @@ class TrellisLinear(nn.Module):
         words = te.plain_words(words).contiguous()  # the kernels read the plain layout
         self.register_buffer("words", words.view(torch.int32))
         self.register_buffer("scales", scales)
-        self.register_buffer("table", torch.from_numpy(code_table(te.code, self.L).copy()))
+        tab = pair_table(self.L) if te.code in PAIR_CODES else code_table(te.code, self.L)
+        self.register_buffer("table", torch.from_numpy(tab.copy()))
         self.bias = nn.Parameter(bias) if bias is not None else None
         rows, nw = words.shape
         cols = nw * 32 // self.k
@@ -206,6 +211,9 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
                             "in_features": in_features}
     coded = in_features if axis == 1 else out_features
     M = x2.shape[0]
+    if code in PAIR_CODES:  # no packed kernels for the pair code yet: the expanded weight
+        return (x2 @ decode_torch(words, scales, table, k=k, T=T, L=L, axis=axis,
+                                  interleave=False).to(x2.dtype).t()).to(x2.dtype)
     on_triton = x2.is_cuda and triton is not None
     small = on_triton and M <= SMALL_M
     fast_geometry = on_triton and trellis_triton.fast_ok(T, k, L)
