@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - CPU-only installs
 
 from ..formats.trellis import TrellisEntry
 from ..kernels.trellis_codes import PAIR_CODES, code_table, pair_table
-from . import act_int8, trellis_cuda, trellis_triton
+from . import act_int8, pair_cuda, trellis_cuda, trellis_triton
 
 SMALL_M = trellis_triton.MAX_M
 
@@ -211,7 +211,9 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
                             "in_features": in_features}
     coded = in_features if axis == 1 else out_features
     M = x2.shape[0]
-    if code in PAIR_CODES:  # no packed kernels for the pair code yet: the expanded weight
+    if code in PAIR_CODES:  # its CUDA kernels where they serve, else the expanded weight
+        if pair_cuda.available(x2, code, k, L, T, axis, out_features, in_features):
+            return pair_cuda.matvec(x2, words, scales, **dims).to(x2.dtype)
         return (x2 @ decode_torch(words, scales, table, k=k, T=T, L=L, axis=axis,
                                   interleave=False).to(x2.dtype).t()).to(x2.dtype)
     on_triton = x2.is_cuda and triton is not None

@@ -1,0 +1,100 @@
+"""runtime/pair_gemv.cu (the pair code's decode-matvec kernels) run on the host in the
+SIMT emulator of tests/simt, against a float64 reference of the same int8 arithmetic on
+fresh random words and inputs; the same kernels run on the GPU in tests/test_pair_cuda.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simt_harness
+
+from tqbuild.formats import trellis as fmt
+from tqbuild.kernels.pair_table import ENTRIES
+from tqbuild.kernels.trellis_codes import values_of
+
+CASES = {(2, 16): None, (3, 12): None, (4, 16): None}
+
+
+@pytest.fixture(scope="module")
+def harnesses(tmp_path_factory) -> dict:
+    return {}
+
+
+def _exe(harnesses, tmp_path_factory, k: int, L: int) -> Path:
+    if (k, L) not in harnesses:
+        harnesses[k, L] = simt_harness.build("pair_host", "tqbuild/runtime",
+                                             tmp_path_factory.mktemp(f"pair{k}{L}"),
+                                             (f"TQ_K={k}", f"TQ_L={L}"))
+    return harnesses[k, L]
+
+
+def quantize(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' int8 groups of 32 (act_int8): q, and a float32 scale a group."""
+    g = v.reshape(*v.shape[:-1], -1, 32).astype(np.float32)
+    a = np.abs(g).max(axis=-1, keepdims=True)
+    inv = np.where(a > 0, np.float32(127) / np.where(a > 0, a, 1), 0).astype(np.float32)
+    q = np.clip(np.rint((g * inv).astype(np.float32)), -127, 127)
+    return q.astype(np.float64), (a[..., 0] / np.float32(127)).astype(np.float64)
+
+
+def run(exe: Path, tmp: Path, axis: int, words, scales, x, T: int, rb=1, wpr=1, blocks=3):
+    M = x.shape[0]
+    rows, nw = words.shape
+    k = {2: 2, 3: 3, 4: 4}[int(exe.parent.name[4])]
+    n = nw * 32 // k
+    inp, out = tmp / "in.bin", tmp / "out.bin"
+    with open(inp, "wb") as f:
+        np.array([axis, M, rows, n, T, rb, wpr, blocks], np.int32).tofile(f)
+        words.astype(np.uint32).tofile(f)
+        scales.astype(np.float16).view(np.uint16).tofile(f)
+        np.asarray(ENTRIES, dtype=np.uint32).tofile(f)
+        x.astype(np.float32).tofile(f)
+    simt_harness.run(exe, inp, out)
+    return np.fromfile(out, np.float32).reshape(M, -1).astype(np.float64)
+
+
+def _case(k, L, rows, n, T, M, seed):
+    g = np.random.default_rng(seed)
+    words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
+    scales = (g.random(rows) + 0.5).astype(np.float16)
+    x = g.standard_normal((M, n if True else rows)).astype(np.float32)
+    w16 = values_of(fmt.states_of(words, k, T, L), "pair", L).astype(np.float64) * 8192
+    assert np.array_equal(w16, np.round(w16))
+    return words, scales, x, w16
+
+
+@pytest.mark.parametrize("kl", list(CASES))
+@pytest.mark.parametrize("M,rb,wpr", [(1, 2, 1), (1, 2, 2), (3, 1, 1), (2, 2, 1)])
+def test_rows_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, M, rb, wpr):
+    k, L = kl
+    exe = _exe(harnesses, tmp_path_factory, k, L)
+    rows, n, T = 37, 512, 256
+    words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 100 + M * 10 + rb + wpr)
+    q, gs = quantize(x)  # [M, n/32, 32], [M, n/32]
+    ref = np.einsum("mgj,rgj->mrg", q, w16.reshape(rows, -1, 32))
+    ref = (ref * gs[:, None, :]).sum(-1) * scales.astype(np.float64)[None, :]
+    got = run(exe, tmp_path, 1, words, scales, x, T, rb, wpr)
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("kl", list(CASES))
+@pytest.mark.parametrize("n_in,n_out,T,blocks", [(96, 1536, 256, 5), (64, 512, 64, 3)])
+def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, n_in,
+                                          n_out, T, blocks):
+    """Stored row i = input i; tiles of 32 periods (the last partly filled at 1536 outputs:
+    48 periods), blocks whose unit ranges cross the tile boundary."""
+    k, L = kl
+    exe = _exe(harnesses, tmp_path_factory, k, L)
+    g = np.random.default_rng(n_in + k)
+    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
+    scales = (g.random(n_in) + 0.5).astype(np.float16)
+    x = g.standard_normal((2, n_in)).astype(np.float32)
+    w16 = values_of(fmt.states_of(words, k, T, L), "pair", L).astype(np.float64) * 8192
+    xs = (x * scales.astype(np.float32)[None, :]).astype(np.float32)
+    q, gs = quantize(xs)  # [2, n_in/32, 32]
+    ref = np.einsum("mgj,gjo->mgo", q, w16.reshape(-1, 32, n_out))
+    ref = (ref * gs[:, :, None]).sum(1)
+    got = run(exe, tmp_path, 0, words, scales, x, T, blocks=blocks)
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()

@@ -1,0 +1,132 @@
+"""CUDA decode-matvec of the pair trellis code (`runtime/pair_gemv.cu`) with int8
+activations in groups of 32 (runtime/act_int8.py's quantization): one library per
+(k, L), built with nvcc on first use and cached, called through ctypes on torch's
+current stream (CUDA-graph capturable). Where nvcc or the build is missing,
+`available()` is False (warned once) and the pair code's modules run expanded.
+
+Rows (axis 1) for M ≤ 8 where x's int8 copy fits a block's shared memory beside the
+table; cols (axis 0) one input row a launch (M rows: M launches)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..kernels import nvcc
+from ..kernels.trellis_codes import PAIR_CODES
+from . import trellis_cuda
+from .act_int8 import GROUP
+
+SOURCE = Path(__file__).with_name("pair_gemv.cu")
+MAX_M = 8
+FACTOR = 1.0 / 8192  # the table's int16 unit
+# (rb, wpr) a rows launch uses by M (instances in pair_gemv.cu's tq_pair_rows)
+ROWS_CFG = {1: (4, 1), 2: (2, 1), 3: (1, 1), 4: (1, 1), 5: (1, 1), 6: (1, 1), 7: (1, 1),
+            8: (1, 1)}
+
+_libs: dict[tuple[int, int], ctypes.CDLL | None] = {}
+
+
+def _load(k: int, L: int) -> ctypes.CDLL:
+    dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}"])
+    P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
+    sig: dict[str, tuple[Any, list[Any]]] = {
+        "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 7 + [F, I, P]),
+        "tq_pair_cols": (I, [P, P, P, P, I, P, P, P, P, I, I, I, F, I, P]),
+        "tq_pair_rows_smem": (Z, [I] * 3),
+        "tq_pair_cols_smem": (Z, [])}
+    for name, (res, args) in sig.items():
+        f = getattr(dll, name)
+        f.restype, f.argtypes = res, args
+    return dll
+
+
+def library(k: int, L: int) -> ctypes.CDLL | None:
+    """The (k, L) library, built on first use; None (warned once) if it cannot be."""
+    if (k, L) not in _libs:
+        try:
+            _libs[k, L] = _load(k, L)
+        except Exception as e:  # noqa: BLE001 - nvcc missing, compile or load failure
+            warnings.warn(f"pair-code CUDA kernels unavailable for k={k}, L={L} "
+                          f"({type(e).__name__}: {str(e)[:300]}); their modules run expanded",
+                          stacklevel=2)
+            _libs[k, L] = None
+    return _libs[k, L]
+
+
+@functools.cache
+def _smem_limit(device: int) -> int:
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+
+
+@functools.cache
+def _sm_count(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.cache
+def _table(device: torch.device) -> torch.Tensor:
+    from ..kernels.pair_table import ENTRIES
+
+    return torch.tensor([e - (1 << 32) if e >= 1 << 31 else e for e in ENTRIES],
+                        dtype=torch.int32, device=device)
+
+
+def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
+              out_features: int, in_features: int) -> bool:
+    """These kernels serve this call: CUDA, the pair code, whole periods and groups,
+    M ≤ 8 (rows: x's int8 copy fits beside the table), a library that builds."""
+    M = x.shape[0]
+    coded = in_features if axis == 1 else out_features
+    if not x.is_cuda or code not in PAIR_CODES or trellis_cuda.mode() == "float" or \
+            M > MAX_M or x.dtype not in trellis_cuda.DTYPES or in_features % GROUP or \
+            not trellis_cuda.geometry_ok(k, L, T, coded, in_features) or \
+            torch.cuda.get_device_capability(x.device)[0] < 9:
+        return False
+    lib = library(k, L)
+    if lib is None:
+        return False
+    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    need = lib.tq_pair_rows_smem(M, in_features, ROWS_CFG[M][0]) if axis == 1 \
+        else lib.tq_pair_cols_smem()
+    return need <= _smem_limit(dev)
+
+
+def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int, T: int,
+           L: int, axis: int, out_features: int, in_features: int,
+           cfg: tuple[int, int] | None = None) -> torch.Tensor:
+    """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] float32; words in
+    the plain stored layout (int32), scales fp16 [stored rows]."""
+    lib = library(k, L)
+    assert lib is not None
+    x = x.contiguous()
+    M = x.shape[0]
+    dt = trellis_cuda.DTYPES[x.dtype]
+    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    blocks = _sm_count(dev)
+    table = _table(x.device)
+    stream = nvcc.stream_of(x)
+    out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
+    if axis == 1:
+        rb, wpr = cfg or ROWS_CFG[M]
+        rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
+                              x.data_ptr(), dt, out.data_ptr(), M, out_features, in_features,
+                              T, rb, wpr, FACTOR, blocks, stream)
+    else:
+        q = torch.empty(in_features, device=x.device, dtype=torch.int8)
+        gs = torch.empty(in_features // GROUP, device=x.device, dtype=torch.float32)
+        part = torch.empty(blocks * 2048, device=x.device, dtype=torch.float32)
+        rc = 0
+        for m in range(M):
+            rc = rc or lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
+                                        x[m].data_ptr(), dt, q.data_ptr(), gs.data_ptr(),
+                                        part.data_ptr(), out[m].data_ptr(), in_features,
+                                        out_features, T, FACTOR, blocks, stream)
+    if rc != 0:
+        raise RuntimeError(f"pair-code CUDA kernel launch failed (code {rc})")
+    return out
