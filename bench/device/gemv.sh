@@ -5,8 +5,8 @@
 # compile-time variants: tests and times), affine (bench/affine_gemv.py), gemv
 # (bench/trellis_gemv.py), decode (bench/decode_8b.py), decodec (the same through
 # torch.compile), ncu (Nsight Compute sections of the M = 1 rows and cols kernels),
-# triton (the Triton float kernels on CUDA), pair (the pair-code prototype, bench/pair_gemv.py,
-# beside the mul1 kernels and bf16: PAIR_ARGS).
+# triton (the Triton float kernels on CUDA), pair (the pair code's kernels: tests/test_pair_cuda.py,
+# then bench/pair_gemv.py beside the mul1 kernels and bf16: PAIR_ARGS).
 set -o pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=${TQBUILD_KERNEL_CACHE:-/tmp/tqk}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -38,7 +38,9 @@ tc.prebuild(cases); print('built', len(tc._libs), 'failed', tc._failed, round(ti
     affine) timeout "${AFFINE_S:-200}" python bench/affine_gemv.py 2>&1 | tee "$OUT/affine.log" \
               | cut -c1-300
             cp bench/results/affine_gemv-cuda*.json "$OUT/" ;;
-    pair) timeout "${PAIR_S:-300}" python bench/pair_gemv.py $PAIR_ARGS 2>&1 | tee "$OUT/pair.log" \
+    pair) timeout "${TESTS_S:-240}" python -m pytest -q -x tests/test_pair_cuda.py 2>&1 \
+            | tee "$OUT/pair-pytest.log" | tail -5
+          timeout "${PAIR_S:-300}" python bench/pair_gemv.py $PAIR_ARGS 2>&1 | tee "$OUT/pair.log" \
             | cut -c1-400
           cp bench/results/pair_gemv-cuda*.json "$OUT/" ;;
     gemv) timeout "${GEMV_S:-300}" python bench/trellis_gemv.py 2>&1 | tee "$OUT/gemv.log" | cut -c1-300

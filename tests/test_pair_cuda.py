@@ -1,0 +1,104 @@
+"""The pair code's CUDA decode-matvec kernels (runtime/pair_gemv.cu through
+runtime/pair_cuda.py) against the float64 reference of the same int8 arithmetic, on
+fresh random words and inputs: every rows instance, the cols path, and a TrellisLinear
+on CUDA. Skipped without a GPU (the same kernels run on the host in
+tests/test_pair_gemv_host.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_pair_gemv_host import quantize
+
+from tqbuild.formats import trellis as fmt
+from tqbuild.kernels.trellis_codes import values_of
+
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+    reason="needs an sm_90 GPU")
+
+
+def _w16(words: np.ndarray, k: int, T: int, L: int) -> np.ndarray:
+    return values_of(fmt.states_of(words, k, T, L), "pair", L).astype(np.float64) * 8192
+
+
+def test_available_only_for_the_pair_code_on_cuda():
+    from tqbuild.runtime import pair_cuda
+
+    x = torch.zeros(1, 256)
+    assert not pair_cuda.available(x, "pair", 3, 16, 256, 1, 64, 256)  # CPU tensor
+    if torch.cuda.is_available():
+        assert not pair_cuda.available(x.cuda(), "mul1", 3, 16, 256, 1, 64, 256)
+
+
+@needs_cuda
+@pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
+@pytest.mark.parametrize("M,cfg", [(1, (2, 1)), (1, (2, 2)), (1, (4, 1)), (1, (4, 2)),
+                                   (1, (4, 4)), (2, (2, 1)), (2, (2, 2)), (3, (1, 1)),
+                                   (3, (1, 2)), (4, (1, 1)), (4, (1, 2)), (4, (2, 1)),
+                                   (5, (1, 1)), (8, (1, 1))])
+def test_rows_kernel_equals_the_reference(k, L, M, cfg):
+    from tqbuild.runtime import pair_cuda
+
+    g = np.random.default_rng(k * 1000 + L * 10 + M)
+    rows, n, T = 300, 1024, 256
+    words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
+    scales = (g.random(rows) + 0.5).astype(np.float16)
+    x = torch.from_numpy(g.standard_normal((M, n)).astype(np.float32)).bfloat16()
+    q, gs = quantize(x.float().numpy())
+    w16 = _w16(words, k, T, L)
+    ref = np.einsum("mgj,rgj->mrg", q, w16.reshape(rows, -1, 32))
+    ref = (ref * gs[:, None, :]).sum(-1) * scales.astype(np.float64)[None, :] / 8192
+    got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
+                           torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=1,
+                           out_features=rows, in_features=n, cfg=cfg)
+    err = np.abs(got.double().cpu().numpy() - ref).max()
+    assert err <= 1e-5 * np.abs(ref).max()
+
+
+@needs_cuda
+@pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
+@pytest.mark.parametrize("n_in,n_out,T,M", [(512, 1536, 256, 1), (1024, 5120, 256, 2),
+                                            (96, 512, 64, 1)])
+def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M):
+    from tqbuild.runtime import pair_cuda
+
+    g = np.random.default_rng(k + n_in + M)
+    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
+    scales = (g.random(n_in) + 0.5).astype(np.float16)
+    x = torch.from_numpy(g.standard_normal((M, n_in)).astype(np.float32))
+    xs = (x.numpy() * scales.astype(np.float32)[None, :]).astype(np.float32)
+    q, gs = quantize(xs)
+    w16 = _w16(words, k, T, L)
+    ref = np.einsum("mgj,gjo->mgo", q, w16.reshape(-1, 32, n_out))
+    ref = (ref * gs[:, :, None]).sum(1) / 8192
+    got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
+                           torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=0,
+                           out_features=n_out, in_features=n_in)
+    err = np.abs(got.double().cpu().numpy() - ref).max()
+    assert err <= 1e-5 * np.abs(ref).max()
+
+
+@needs_cuda
+@pytest.mark.parametrize("axis", [0, 1])
+def test_trellis_linear_runs_the_kernels_on_cuda(axis):
+    """A pair-code TrellisLinear on CUDA (the kernels) against its expanded weight."""
+    from tqbuild.kernels import viterbi
+    from tqbuild.runtime.trellis_torch import TrellisLinear
+
+    k, T, L = 3, 256, 16
+    rows, cols = 256, 512
+    g = torch.Generator().manual_seed(axis)
+    st = viterbi.quantize_blocks(torch.randn(rows * cols // T, T, generator=g), L, k,
+                                 "pair").reshape(rows, cols)
+    scales = (torch.rand(rows, generator=g) + 0.5).half()
+    words = fmt.pack(st.numpy(), k, T)
+    entry = {"bits": k, "group_size": T, "trellis": {"L": L, "code": "pair", "axis": axis,
+                                                      "interleave": False, "version": 3}}
+    mod = TrellisLinear(torch.from_numpy(words.view(np.int32)), scales, entry).cuda()
+    dense = mod.weight_f32()
+    x = torch.randn(2, dense.shape[1], generator=g).cuda().bfloat16()
+    y = mod(x).float()
+    ref = x.float() @ dense.t()
+    assert (y - ref).abs().max() <= 0.03 * ref.abs().max()  # int8 activations, bf16 out
