@@ -139,7 +139,7 @@ def viterbi_tailbiting(x: torch.Tensor, L: int, k: int, code: str = "1mad",
     is finite, so no host sync checks it. TQBUILD_VITERBI=triton|torch forces
     an older path (benchmarks)."""
     if code in PAIR_CODES:
-        return pair_tailbiting(x, L, k)
+        return pair_tailbiting(x, L, k, finite)
     if not 1 <= k <= L // 2:
         raise ValueError(f"k must be in [1, L/2], got k={k}, L={L}")
     T = x.shape[1]
@@ -188,7 +188,7 @@ def reconstruct(states: torch.Tensor, L: int, code: str = "1mad") -> torch.Tenso
     return values(states, code, L)
 
 
-def pair_tailbiting(x: torch.Tensor, L: int, k: int) -> torch.Tensor:
+def pair_tailbiting(x: torch.Tensor, L: int, k: int, finite: bool = False) -> torch.Tensor:
     """The pair code (two weights a state, trellis_codes): x [B, T] (T even, float32)
     -> per-weight int64 states [B, T] (the V = 1 reading of the bits they pack to).
 
@@ -196,7 +196,9 @@ def pair_tailbiting(x: torch.Tensor, L: int, k: int) -> torch.Tensor:
     the states whose top L − K bits are j are j + c·2^(L−K). Step cost: the float32
     (t0 − x0)² + (t1 − x1)² of the state's table entry, each op rounded (the same
     ops on CPU and CUDA), plus the best predecessor's; ties to the smallest c and,
-    at the end, the smallest state. Tail-biting as the V = 1 codes, in steps."""
+    at the end, the smallest state. Tail-biting as the V = 1 codes, in steps. On CUDA
+    at L = 16 the CUDA kernels (pair_viterbi_cuda, the same states); `finite` as
+    viterbi_tailbiting."""
     B, T = x.shape
     K = 2 * k
     if T % 2 or not 1 <= K <= L // 2:
@@ -204,13 +206,24 @@ def pair_tailbiting(x: torch.Tensor, L: int, k: int) -> torch.Tensor:
                          f"(got T={T}, k={k}, L={L})")
     if T * k < L:
         raise ValueError(f"a block of T={T} weights at k={k} holds fewer than L={L} bits")
-    xp = x.float().contiguous().view(B, T // 2, 2)
-    P = T // 2
+    from . import pair_viterbi_cuda
+
+    if pair_viterbi_cuda.available(x, L, k) and (finite or bool(torch.isfinite(x).all())):
+        steps = pair_viterbi_cuda.tailbiting_steps(x, k)
+    else:
+        steps = _pair_steps_torch(x, L, k)
+    return weight_states(steps, k, L)
+
+
+def _pair_steps_torch(x: torch.Tensor, L: int, k: int) -> torch.Tensor:
+    """The pair code's tail-biting step states [B, T/2] in torch ops (any device)."""
+    B, T = x.shape
+    K, P = 2 * k, T // 2
+    xp = x.float().contiguous().view(B, P, 2)
     tab = torch.from_numpy(pair_entries().copy()).to(x.device)
     idx = torch.from_numpy(pair_index(np.arange(2**L, dtype=np.uint32), L)).to(x.device)
     first = _pair_pass(torch.roll(xp, P // 2, dims=1).contiguous(), tab, idx, L, K, None)
-    steps = _pair_pass(xp, tab, idx, L, K, first[:, P // 2] >> K)
-    return weight_states(steps, k, L)
+    return _pair_pass(xp, tab, idx, L, K, first[:, P // 2] >> K)
 
 
 def _pair_pass(x: torch.Tensor, tab: torch.Tensor, idx: torch.Tensor, L: int, K: int,

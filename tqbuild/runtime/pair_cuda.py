@@ -60,11 +60,6 @@ def library(k: int, L: int) -> ctypes.CDLL | None:
 
 
 @functools.cache
-def _smem_limit(device: int) -> int:
-    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
-
-
-@functools.cache
 def _sm_count(device: int) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
@@ -91,10 +86,9 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     lib = library(k, L)
     if lib is None:
         return False
-    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
     need = lib.tq_pair_rows_smem(M, in_features, ROWS_CFG[M][0]) if axis == 1 \
         else lib.tq_pair_cols_smem()
-    return need <= _smem_limit(dev)
+    return need <= trellis_cuda.SMEM_LIMIT
 
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int, T: int,
