@@ -95,7 +95,9 @@ def bare(res: dict, quick: bool) -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     for L in LS:
         for k in (2, 3, 4):
-            ceiling = rate / (2 * 2**L * OPS_PER_STATE)
+            # two passes, 2^L states a step of `per` weights (the pair code: 2)
+            per = 2 if CODE == "pair" else 1
+            ceiling = per * rate / (2 * 2**L * OPS_PER_STATE)
             for n in (4096, 65536):
                 x = torch.randn(n, 256, device="cuda", generator=g)
                 row = {"L": L, "k": k, "code": CODE, "sequences": n, "T": 256,

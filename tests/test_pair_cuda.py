@@ -102,3 +102,39 @@ def test_trellis_linear_runs_the_kernels_on_cuda(axis):
     y = mod(x).float()
     ref = x.float() @ dense.t()
     assert (y - ref).abs().max() <= 0.03 * ref.abs().max()  # int8 activations, bf16 out
+
+
+@needs_cuda
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_cuda_viterbi_states_equal_the_torch_path(k):
+    """The codec set's shape (here 512 × 256, several launches' worth of blocks) and
+    tie-heavy rows: zeros, and inputs equal to table values."""
+    from tqbuild.kernels import pair_viterbi_cuda, viterbi
+    from tqbuild.kernels.trellis_codes import pair_entries
+
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(512, 256, generator=g)
+    x[0] = 0
+    x[1] = torch.from_numpy(pair_entries()[torch.arange(128) * 7 % 512].reshape(-1))
+    assert pair_viterbi_cuda.available(x.cuda(), 16, k)
+    got = pair_viterbi_cuda.tailbiting_steps(x.cuda(), k).cpu()
+    assert torch.equal(got, viterbi._pair_steps_torch(x, 16, k))
+    st = viterbi.quantize_blocks(x.cuda(), 16, k, "pair").cpu()  # through the dispatch
+    assert torch.equal(st, viterbi.weight_states(got, k, 16))
+
+
+@needs_cuda
+def test_cuda_viterbi_serves_ldlq():
+    """A pair-code LDLQ tensor on CUDA: the CUDA kernels code it (states equal the torch
+    path's on the same targets) and the proxy loss sits near the CPU build's."""
+    from tqbuild.stages.trellis import Geometry, trellis_guarded
+
+    g = torch.Generator().manual_seed(5)
+    w = 0.02 * torch.randn(128, 512, generator=g)
+    a = torch.randn(2048, 512, generator=g)
+    h = (a.T @ a).double()
+    geo = Geometry(L=16, k=3, T=256, code="pair", axis=1, group=256)
+    cpu = trellis_guarded(w, h, geo)
+    gpu = trellis_guarded(w.cuda(), h.cuda(), geo)
+    assert gpu.method == cpu.method == "ldlq"
+    assert abs(gpu.proxy_loss - cpu.proxy_loss) <= 0.02 * cpu.proxy_loss
