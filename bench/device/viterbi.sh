@@ -6,7 +6,7 @@
 # ncu (Nsight Compute sections of the L = 16 kernels, bench/device/ncu_viterbi.py), stalls
 # (stall reasons, pipes and bank conflicts of the default and the SVARIANTS builds), streams
 # (bench/viterbi_cuda.py --ls 16 with the launches on 1 and on 2 streams, VSTREAMS), btw
-# (sequences a backtrack block x streams).
+# (sequences a backtrack block x streams), pair (the pair code's Viterbi beside mul1's).
 # The image lacks pydantic (tests/test_trellis.py imports it): carry its wheels in .whl/
 # (git-ignored; `carry: [".whl"]`), made here with
 #   pip download --no-deps -d .whl --python-version 3.12 --platform manylinux2014_x86_64 \
@@ -73,6 +73,12 @@ for step in "$@"; do
                --ls 16 --no-old --tag="-${VTAG:-}s$n" 2>&1 | cut -c1-300
            done
            cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"s*.json "$OUT/" ;;
+    pair) # the pair code's CUDA Viterbi (L = 16) beside mul1's, same machine: bare and per tensor
+          for code in pair mul1; do
+            timeout "$(( ${END_S:-570} - SECONDS ))" python3 bench/viterbi_cuda.py --code $code \
+              --ls 16 --no-old --tag="-${VTAG:-}$code" 2>&1 | cut -c1-250
+            cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"$code.json "$OUT/"
+          done ;;
     btw) # sequences a backtrack block (TQ_VIT_BTW, BTWS) x launch streams (1 = per k, 2):
          # the CUDA tests -k 16 under each non-default BTW, then --ls 16 for each pair
          for w in ${BTWS:-32}; do
