@@ -68,8 +68,8 @@ class TrellisParams(Frozen):
     code: Literal["1mad", "3inst", "mul1", "pair"] = Field(
         "1mad", description="the computed code; mul1 (exllamav3's hash, lower MSE) needs "
         "trellis format version 2 to load; pair (two weights a state from a 512-entry "
-        "table: needs format version 3, k <= L/4; no packed decode kernels yet, so its "
-        "modules run expanded)")
+        "table: needs format version 3, k <= L/4; decoded by CUDA kernels on sm_90, "
+        "else expanded)")
     axis: Literal["auto", 0, 1] = Field(
         "auto", description="coded axis; auto = the rotated one (0 for residual writers "
         "such as down_proj, 1 otherwise)")
