@@ -6,17 +6,19 @@
 // A step shifts K = 2k bits: C = 2^K predecessors a class, J = 2^(16−K) classes. With
 // cost_t[s] = best_{t−1}[s >> K] + dist_t[e(s)] (float32, one add; dist_t[e] = (t0 − x0)²
 // + (t1 − x1)² of table entry e, each op rounded) and best_t[j] = min_c cost_t[j + c·J]
-// (the smallest c on ties, kept as arg_t[j], one byte), a thread owns I classes j (same
+// (the smallest c on ties), a thread owns I classes j (same
 // j >> K) times CC values of c: its CC best_{t−1} reads serve I classes, and threads
 // sharing a class (R = C/CC of them, adjacent lanes) combine their minima by shuffles.
-// No state's cost is stored: only best_t (shared memory, two buffers) and arg_t (global).
+// No state's cost is stored: only best_t (shared memory, two buffers, and global for the
+// backtrack, which recomputes a chosen class's C candidate costs to find its argmin — the
+// forward keeps none but the last step's).
 // dist_t is rebuilt every step into one of two shared tables, each entry 32 times (one
 // a lane) at shared address 0x10000 or 0x20000, so a state's lookup is h & 0xFF80 | that
 // base + 4·lane (h = s·0x83DCD12D, bits [7, 16) the entry: one IADD a state walks h
 // along c) and never conflicts. One barrier a step.
 //
-// Launches a chunk of sequences: pass 0 over x rolled by P/2 steps (args kept from step
-// P/2 on), its backtrack (one thread a sequence) to the overlap s_{P/2} >> K; pass 1 with
+// Launches a chunk of sequences: pass 0 over x rolled by P/2 steps (minima kept from step
+// P/2 − 1 on), its backtrack (a warp a sequence) to the overlap s_{P/2} >> K; pass 1 with
 // s_0's top bits and s_{P−1}'s low bits pinned to it, its backtrack to the step states.
 #include <cstdint>
 #ifdef __CUDACC__
@@ -49,6 +51,8 @@ TQ_DEV uint32_t min_keep(uint32_t m, uint32_t v, bool& keep) {
     return (uint32_t)__vibmin_s32((int)m, (int)v, &keep);
 }
 TQ_DEV uint32_t shfl_xor_u(uint32_t v, int o) { return __shfl_xor_sync(0xFFFFFFFFu, v, o); }
+TQ_DEV uint32_t warp_ballot(bool p) { return __ballot_sync(0xFFFFFFFFu, p); }
+TQ_DEV int first_lane(uint32_t m) { return __ffs(m) - 1; }
 #define TQ_DYN_SMEM extern __shared__ int4 smem4[]; char* smem = reinterpret_cast<char*>(smem4)
 #else
 using std::max;
@@ -69,14 +73,20 @@ TQ_DEV uint32_t min_keep(uint32_t m, uint32_t v, bool& keep) {
 TQ_DEV uint32_t shfl_xor_u(uint32_t v, int o) {
     return warp_exchange(v, (int)(threadIdx.x & 31) ^ o);
 }
+TQ_DEV uint32_t warp_ballot(bool p) {
+    uint32_t m = 0;
+    for (int l = 0; l < 32; ++l) m |= (warp_exchange((uint32_t)p, l) & 1u) << l;
+    return m;
+}
+TQ_DEV int first_lane(uint32_t m) { return __builtin_ctz(m); }
 #define TQ_DYN_SMEM char* smem_p = reinterpret_cast<char*>(smem)
 #endif
 
 // per k: classes a thread (I) x predecessors a thread (CC)
 template <int K> struct Tile;
 template <> struct Tile<4> { static constexpr int I = 4, CC = 16; };
-template <> struct Tile<6> { static constexpr int I = 2, CC = 32; };
-template <> struct Tile<8> { static constexpr int I = 2, CC = 32; };
+template <> struct Tile<6> { static constexpr int I = 4, CC = 16; };
+template <> struct Tile<8> { static constexpr int I = 4, CC = 16; };
 
 TQ_DEV float fsq(float a) {
 #ifdef __CUDACC__
@@ -114,12 +124,13 @@ TQ_DEV float fadd(float a, float b) {
 
 // One pass over every sequence b = blockIdx.x of x [B, T]: PASS 0 over x rolled by P/2
 // steps, free ends, args kept for steps ≥ P/2; PASS 1 pinned to overlap[b]. fin[b]: the
-// last step's state. arg: [B][P][J] bytes.
+// last step's state. hist: [B][P][J] float32, each step's class minima (PASS 0 from step
+// P/2 − 1 on; the last step's argmins stay in shared memory).
 template <int K, int PASS>
 TQ_GLOBAL void TQ_BOUNDS(NT) pair_viterbi_pass(const float* __restrict__ x,
                                                const float* __restrict__ entries, int T,
                                                const int32_t* __restrict__ overlap,
-                                               uint8_t* __restrict__ arg,
+                                               float* __restrict__ hist,
                                                int32_t* __restrict__ fin) {
     constexpr int C = 1 << K, J = S >> K, I = Tile<K>::I, CC = Tile<K>::CC, R = C / CC;
     constexpr int JP = J + J / 32;  // a padded best_t buffer
@@ -129,7 +140,7 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_viterbi_pass(const float* __restrict__ x,
 #endif
     float* best = reinterpret_cast<float*>(smem);             // [2][JP]
     float* xs = best + 2 * JP;                                // [T]
-    uint8_t* last_arg = reinterpret_cast<uint8_t*>(xs + T);   // [J] (PASS 0: the final step)
+    uint8_t* last_arg = reinterpret_cast<uint8_t*>(xs + T);   // [J]: the last step's argmins
     auto dist = [&](int i) { return reinterpret_cast<uint32_t*>(smem + DIST_OFF + i * 0x10000); };
     const int tid = threadIdx.x, lane = tid & 31, b = blockIdx.x, P = T / 2;
     const int shift = PASS == 0 ? 2 * (P / 2) : 0;  // torch.roll of the steps by P/2
@@ -144,10 +155,12 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_viterbi_pass(const float* __restrict__ x,
     __syncthreads();
     build_dist(dist(0), t0, t1, xs[0], xs[1]);
     __syncthreads();
-    uint8_t* argb = arg + (size_t)b * P * J;
-    // one step: FIRST = step 0 (no predecessor costs; PASS 1 pins s_0 >> K to ov)
-    auto step = [&](int t, auto first) {
-        constexpr bool FIRST = decltype(first)::value;
+    float* hb = hist + (size_t)b * P * J;
+    // one step: FIRST = step 0 (no predecessor costs; PASS 1 pins s_0 >> K to ov); TRACK =
+    // the last step, whose argmins are kept (the backtrack recomputes the others'); the
+    // others only take each class's minimum (IADD, LOP3, LDS, FADD, IMNMX a state)
+    auto step = [&](int t, auto first, auto track) {
+        constexpr bool FIRST = decltype(first)::value, TRACK = decltype(track)::value;
         const uint32_t lb = (t & 1 ? DIST1 : DIST0) | lanebase;
         const float* bp = best + (t & 1 ? 0 : JP);  // best_{t−1}
         float* bn = best + (t & 1 ? JP : 0);        // best_t
@@ -169,9 +182,14 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_viterbi_pass(const float* __restrict__ x,
 #pragma unroll
             for (int ii = 0; ii < I; ++ii) {
                 const float d = __uint_as_float(lds_abs((h & 0xFF80u) | lb));
-                bool keep;
-                m[ii] = min_keep(m[ii], __float_as_uint(fadd(bv, d)), keep);
-                a[ii] = keep ? a[ii] : c;
+                const uint32_t v = __float_as_uint(fadd(bv, d));
+                if constexpr (TRACK) {
+                    bool keep;
+                    m[ii] = min_keep(m[ii], v, keep);
+                    a[ii] = keep ? a[ii] : c;
+                } else {
+                    m[ii] = min((int32_t)m[ii], (int32_t)v);  // costs ≥ 0: bits order as ints
+                }
                 h += HMUL;
             }
             h0 += (uint32_t)J * HMUL;
@@ -181,33 +199,41 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_viterbi_pass(const float* __restrict__ x,
 #pragma unroll
             for (int ii = 0; ii < I; ++ii) {
                 const uint32_t mo = shfl_xor_u(m[ii], o);
-                const int ao = (int)shfl_xor_u((uint32_t)a[ii], o);
-                const bool mine = (r & o) ? (int32_t)m[ii] < (int32_t)mo
-                                          : (int32_t)m[ii] <= (int32_t)mo;
-                m[ii] = mine ? m[ii] : mo;
-                a[ii] = mine ? a[ii] : ao;
+                if constexpr (TRACK) {
+                    const int ao = (int)shfl_xor_u((uint32_t)a[ii], o);
+                    const bool mine = (r & o) ? (int32_t)m[ii] < (int32_t)mo
+                                              : (int32_t)m[ii] <= (int32_t)mo;
+                    m[ii] = mine ? m[ii] : mo;
+                    a[ii] = mine ? a[ii] : ao;
+                } else {
+                    m[ii] = min((int32_t)m[ii], (int32_t)mo);
+                }
             }
         }
         if (r == 0) {
 #pragma unroll
             for (int ii = 0; ii < I; ++ii) bn[pad(j0 + ii)] = __uint_as_float(m[ii]);
-            if (PASS == 1 || t >= P / 2) {
-#pragma unroll
-                for (int ii = 0; ii < I; ++ii) argb[(size_t)t * J + j0 + ii] = (uint8_t)a[ii];
-            }
-            if (PASS == 0 && t == P - 1) {
+            if constexpr (TRACK) {
 #pragma unroll
                 for (int ii = 0; ii < I; ++ii) last_arg[j0 + ii] = (uint8_t)a[ii];
+            } else if (PASS == 1 || t >= P / 2 - 1) {  // the minima the backtrack reads
+#pragma unroll
+                for (int ii = 0; ii < I; ++ii) hb[(size_t)t * J + j0 + ii] = __uint_as_float(m[ii]);
             }
         }
         if (t + 1 < P) build_dist(dist((t + 1) & 1), t0, t1, xs[2 * t + 2], xs[2 * t + 3]);
         __syncthreads();
     };
-    step(0, BoolC<true>{});
-    for (int t = 1; t < P; ++t) step(t, BoolC<false>{});
+    if (P == 1) {
+        step(0, BoolC<true>{}, BoolC<true>{});
+    } else {
+        step(0, BoolC<true>{}, BoolC<false>{});
+        for (int t = 1; t < P - 1; ++t) step(t, BoolC<false>{}, BoolC<false>{});
+        step(P - 1, BoolC<false>{}, BoolC<true>{});
+    }
     const float* bl = best + ((P - 1) & 1 ? JP : 0);  // best_{P−1}
     if constexpr (PASS == 1) {
-        if (tid == 0) fin[b] = ok ? ov + (int)argb[(size_t)(P - 1) * J + ov] * J : -1;
+        if (tid == 0) fin[b] = ok ? ov + (int)last_arg[ov] * J : -1;
         return;
     }
     // free end: the smallest state among the least costs, s = j + arg·J
@@ -237,32 +263,76 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_viterbi_pass(const float* __restrict__ x,
     }
 }
 
-// The walk back, one thread a sequence: s_{t−1} = (s_t >> K) + arg_{t−1}[s_t >> K]·J.
-// PASS 0: to step P/2, overlap[b] = s_{P/2} >> K; PASS 1: every step state into steps [B, P].
+// The walk back, a warp a sequence (BW a block): s_{t−1} = j + c·J with j = s_t >> K and c
+// the first predecessor whose cost, recomputed with the forward's float32 operations
+// (best_{t−2} of its class + dist_{t−1} of its entry; at step 0 the pinned start), equals
+// best_{t−1}[j]. PASS 0: to step P/2, overlap[b] = s_{P/2} >> K; PASS 1 (reading overlap[b]
+// for the pinned start): every step state
+// into steps [B, P].
+constexpr int BW = 4;
 template <int K, int PASS>
-TQ_GLOBAL void TQ_BOUNDS(256) pair_viterbi_back(const uint8_t* __restrict__ arg, int T, int B,
-                                                const int32_t* __restrict__ fin,
-                                                int32_t* __restrict__ overlap,
-                                                int64_t* __restrict__ steps) {
-    constexpr int J = S >> K;
-    const int b = blockIdx.x * 256 + threadIdx.x;
+TQ_GLOBAL void TQ_BOUNDS(32 * BW) pair_viterbi_back(const float* __restrict__ x,
+                                                    const float* __restrict__ entries,
+                                                    const float* __restrict__ hist, int T,
+                                                    int B, const int32_t* __restrict__ fin,
+                                                    int32_t* __restrict__ overlap,
+                                                    int64_t* __restrict__ steps) {
+    constexpr int C = 1 << K, J = S >> K, CL = C < 32 ? C : 32;  // candidates a lane pass
+    const int lane = threadIdx.x & 31, b = blockIdx.x * BW + (threadIdx.x >> 5);
     if (b >= B) return;
-    const int P = T / 2;
-    const uint8_t* ab = arg + (size_t)b * P * J;
+    const int P = T / 2, shift = PASS == 0 ? 2 * (P / 2) : 0;
+    const float* hb = hist + (size_t)b * P * J;
+    const float* xb = x + (size_t)b * T;
     int s = fin[b];
-    if (s < 0) {  // the pass had no valid layout: mark every state invalid
-        if (PASS == 0) overlap[b] = 0;
-        else for (int t = 0; t < P; ++t) steps[(size_t)b * P + t] = -1;
+    if (s < 0) {  // the pass had no valid layout: mark the output invalid
+        if (lane == 0) {
+            if (PASS == 0) overlap[b] = 0;
+            else for (int t = 0; t < P; ++t) steps[(size_t)b * P + t] = -1;
+        }
         return;
     }
-    if (PASS == 1) steps[(size_t)b * P + P - 1] = s;
+    const int ov = PASS == 1 ? overlap[b] : -1;
+    if (PASS == 1 && lane == 0) steps[(size_t)b * P + P - 1] = s;
     const int stop = PASS == 0 ? P / 2 : 0;
     for (int t = P - 1; t > stop; --t) {
-        const int j = s >> K;
-        s = j + (int)ab[(size_t)(t - 1) * J + j] * J;
-        if (PASS == 1) steps[(size_t)b * P + t - 1] = s;
+        const int j = s >> K, u = t - 1;  // find s_u, u = t − 1
+        const float target = hb[(size_t)u * J + j];
+        // x of step u (the rolled sequence in PASS 0: element i sits at (i + shift) % T)
+        const float x0 = xb[(2 * u - shift + T) % T], x1 = xb[(2 * u + 1 - shift + T) % T];
+        int found = -1;
+        for (int c0 = 0; c0 < C && found < 0; c0 += CL) {
+            const int c = c0 + lane;
+            bool hit = false;
+            if (lane < CL) {
+                const uint32_t p = (uint32_t)(j + c * J);
+                const int e = (int)(((p * HMUL) >> 7) & 511);
+#ifdef __CUDACC__
+                const float d = __fadd_rn(fsq(__fsub_rn(entries[2 * e], x0)),
+                                          fsq(__fsub_rn(entries[2 * e + 1], x1)));
+#else
+                const float d = fsq(entries[2 * e] - x0) + fsq(entries[2 * e + 1] - x1);
+#endif
+                float bv;
+                if (u == 0)
+                    bv = PASS == 1 && (int)(p >> K) != ov ? __uint_as_float(INF_BITS) : 0.f;
+                else
+                    bv = hb[(size_t)(u - 1) * J + (p >> K)];
+                hit = __float_as_uint(fadd(bv, d)) == __float_as_uint(target);
+            }
+            const uint32_t mask = warp_ballot(hit);
+            if (mask) found = c0 + first_lane(mask);
+        }
+        if (found < 0) {  // no candidate reproduces the minimum (cannot happen): say so
+            if (lane == 0) {
+                if (PASS == 0) overlap[b] = 0;
+                else for (int v = 0; v <= u; ++v) steps[(size_t)b * P + v] = -1;
+            }
+            return;
+        }
+        s = j + found * J;
+        if (PASS == 1 && lane == 0) steps[(size_t)b * P + u] = s;
     }
-    if (PASS == 0) overlap[b] = s >> K;
+    if (PASS == 0 && lane == 0) overlap[b] = s >> K;
 }
 
 #ifdef __CUDACC__
@@ -276,7 +346,7 @@ bool low_fits(int T) {
 }
 
 template <int K>
-int run(const float* x, const float* entries, int B, int T, uint8_t* arg, int32_t* fin,
+int run(const float* x, const float* entries, int B, int T, float* hist, int32_t* fin,
         int32_t* ov, int64_t* steps, cudaStream_t st) {
     if (!low_fits<K>(T)) return -2;
     const size_t smem = SMEM_BYTES;
@@ -286,20 +356,20 @@ int run(const float* x, const float* entries, int B, int T, uint8_t* arg, int32_
         e = cudaFuncSetAttribute(pair_viterbi_pass<K, 1>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;
-    const int nb = (B + 255) / 256;
-    pair_viterbi_pass<K, 0><<<B, NT, smem, st>>>(x, entries, T, nullptr, arg, fin);
-    pair_viterbi_back<K, 0><<<nb, 256, 0, st>>>(arg, T, B, fin, ov, nullptr);
-    pair_viterbi_pass<K, 1><<<B, NT, smem, st>>>(x, entries, T, ov, arg, fin);
-    pair_viterbi_back<K, 1><<<nb, 256, 0, st>>>(arg, T, B, fin, nullptr, steps);
+    const int nb = (B + BW - 1) / BW;
+    pair_viterbi_pass<K, 0><<<B, NT, smem, st>>>(x, entries, T, nullptr, hist, fin);
+    pair_viterbi_back<K, 0><<<nb, 32 * BW, 0, st>>>(x, entries, hist, T, B, fin, ov, nullptr);
+    pair_viterbi_pass<K, 1><<<B, NT, smem, st>>>(x, entries, T, ov, hist, fin);
+    pair_viterbi_back<K, 1><<<nb, 32 * BW, 0, st>>>(x, entries, hist, T, B, fin, ov, steps);
     return (int)cudaGetLastError();
 }
 }  // namespace
 
 extern "C" {
 
-// global scratch bytes a sequence: the args of P steps, its final state and overlap
+// global scratch bytes a sequence: the class minima of P steps, its final state and overlap
 int64_t tq_pair_viterbi_scratch(int k, int T) {
-    return (int64_t)(T / 2) * (S >> (2 * k)) + 8;
+    return (int64_t)(T / 2) * (S >> (2 * k)) * 4 + 8;
 }
 
 // x [B, T] float32 -> step states [B, T/2] int64 (both passes, four launches);
@@ -307,12 +377,12 @@ int64_t tq_pair_viterbi_scratch(int k, int T) {
 int tq_pair_viterbi(const float* x, const float* entries, int B, int T, int k, uint8_t* scratch,
                     int64_t* steps, void* stream) {
     auto st = (cudaStream_t)stream;
-    uint8_t* arg = scratch;
-    int32_t* fin = reinterpret_cast<int32_t*>(scratch + (size_t)B * (T / 2) * (S >> (2 * k)));
+    float* hist = reinterpret_cast<float*>(scratch);
+    int32_t* fin = reinterpret_cast<int32_t*>(scratch + (size_t)B * (T / 2) * (S >> (2 * k)) * 4);
     int32_t* ov = fin + B;
-    if (k == 2) return run<4>(x, entries, B, T, arg, fin, ov, steps, st);
-    if (k == 3) return run<6>(x, entries, B, T, arg, fin, ov, steps, st);
-    if (k == 4) return run<8>(x, entries, B, T, arg, fin, ov, steps, st);
+    if (k == 2) return run<4>(x, entries, B, T, hist, fin, ov, steps, st);
+    if (k == 3) return run<6>(x, entries, B, T, hist, fin, ov, steps, st);
+    if (k == 4) return run<8>(x, entries, B, T, hist, fin, ov, steps, st);
     return -1;
 }
 
