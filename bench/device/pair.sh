@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call for the pair code (session 17): bash bench/device/pair.sh
+# builds its libraries in parallel, runs tests/test_pair_cuda.py, bench/pair_gemv.py
+# (PAIR_ARGS) and bench/viterbi_cuda.py --code pair (then mul1) at L = 16, within END_S.
+set -o pipefail
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
+fi
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
+left() { echo $(( ${END_S:-540} - SECONDS )); }
+timeout 200 python3 -c "
+import time; from concurrent.futures import ThreadPoolExecutor as P
+t = time.time()
+from tqbuild.runtime import pair_cuda, trellis_cuda as tc
+from tqbuild.kernels import pair_viterbi_cuda as pv, nvcc
+jobs = [lambda k=k, L=L: pair_cuda.library(k, L) for k, L in ((2, 16), (3, 16), (4, 16), (3, 12))]
+jobs += [lambda: nvcc.build(pv.SOURCE, ['-fmad=false'])]
+jobs += [lambda k=k: tc.library(k, 12, 'mul1') for k in (3, 4)]
+with P(8) as ex: print([type(r).__name__ for r in ex.map(lambda f: f(), jobs)])
+print('built', round(time.time() - t, 1), 's')" 2>&1 | tail -3
+timeout "${TESTS_S:-150}" python3 -m pytest -q -x tests/test_pair_cuda.py 2>&1 | tee "$OUT/pair-pytest.log" | tail -6
+timeout "$(( $(left) - 200 ))" python3 bench/pair_gemv.py ${PAIR_ARGS:---ks 3,4 --tag=-s17} 2>&1 \
+  | tee "$OUT/pair-gemv.log" | cut -c1-330
+cp bench/results/pair_gemv-cuda*.json "$OUT/" 2>/dev/null
+for code in pair mul1; do
+  timeout "$(left)" python3 bench/viterbi_cuda.py --code $code --ls 16 --no-old --tag="-s17$code" \
+    2>&1 | tee "$OUT/vit-$code.log" | cut -c1-250
+  cp bench/results/viterbi_cuda-cuda-s17$code.json "$OUT/" 2>/dev/null
+done
+echo "=== done $SECONDS s"
