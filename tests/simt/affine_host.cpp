@@ -18,23 +18,16 @@ static void run(const uint16_t* x, const uint32_t* w, const uint16_t* s, const u
   });
 }
 
-template <typename T>
-static std::vector<T> read(FILE* f, size_t n) {
-  std::vector<T> v(n);
-  if (fread(v.data(), sizeof(T), n, f) != n) throw std::runtime_error("short input");
-  return v;
-}
-
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
   FILE* f = fopen(argv[1], "rb");
   if (!f) return 2;
-  const auto h = read<int32_t>(f, 7);
+  const auto h = simt::read<int32_t>(f, 7);
   const int bits = h[0], dt = h[1], M = h[2], N = h[3], K = h[4], gs = h[5], splits = h[6];
-  const auto x = read<uint16_t>(f, (size_t)M * K);
-  const auto w = read<uint32_t>(f, (size_t)N * K * bits / 32);
-  const auto s = read<uint16_t>(f, (size_t)N * (K / gs));
-  const auto b = read<uint16_t>(f, (size_t)N * (K / gs));
+  const auto x = simt::read<uint16_t>(f, (size_t)M * K);
+  const auto w = simt::read<uint32_t>(f, (size_t)N * K * bits / 32);
+  const auto s = simt::read<uint16_t>(f, (size_t)N * (K / gs));
+  const auto b = simt::read<uint16_t>(f, (size_t)N * (K / gs));
   fclose(f);
   const size_t n_out = (size_t)(splits > 1 ? splits : 1) * M * N;
   std::vector<uint8_t> out(n_out * (splits > 1 ? 4 : 2));

@@ -13,13 +13,6 @@ alignas(16) float smem[227 * 1024 / 4];  // the kernels' dynamic shared memory
 
 #include "pair_gemv.cu"
 
-template <typename T>
-static std::vector<T> read(FILE* f, size_t n) {
-  std::vector<T> v(n);
-  if (fread(v.data(), sizeof(T), n, f) != n) throw std::runtime_error("short input");
-  return v;
-}
-
 template <int M, int RB, int WPR>
 static void rows(const uint32_t* w, const uint16_t* s, const uint32_t* t, const float* x,
                  float* out, int nrows, int n, int T, int blocks) {
@@ -32,14 +25,14 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   FILE* f = fopen(argv[1], "rb");
   if (!f) return 2;
-  const auto h = read<int32_t>(f, 8);
+  const auto h = simt::read<int32_t>(f, 8);
   const int axis = h[0], M = h[1], nrows = h[2], n = h[3], T = h[4], rb = h[5], wpr = h[6],
             blocks = h[7];
   const int n_in = axis == 1 ? n : nrows, n_out = axis == 1 ? nrows : n;
-  const auto w = read<uint32_t>(f, (size_t)nrows * n * TQ_K / 32);
-  const auto s = read<uint16_t>(f, nrows);
-  const auto tab = read<uint32_t>(f, 512);
-  const auto x = read<float>(f, (size_t)M * n_in);
+  const auto w = simt::read<uint32_t>(f, (size_t)nrows * n * TQ_K / 32);
+  const auto s = simt::read<uint16_t>(f, nrows);
+  const auto tab = simt::read<uint32_t>(f, 512);
+  const auto x = simt::read<float>(f, (size_t)M * n_in);
   fclose(f);
   std::vector<float> out((size_t)M * n_out);
   if (axis == 1) {

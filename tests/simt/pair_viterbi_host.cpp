@@ -11,13 +11,6 @@ alignas(16) float smem[227 * 1024 / 4];  // the kernels' dynamic shared memory
 
 #include "pair_viterbi.cu"
 
-template <typename T>
-static std::vector<T> read(FILE* f, size_t n) {
-  std::vector<T> v(n);
-  if (fread(v.data(), sizeof(T), n, f) != n) throw std::runtime_error("short input");
-  return v;
-}
-
 template <int K>
 static void run(const float* x, const float* e, int B, int T, int64_t* steps) {
   const int P = T / 2, J = S >> K;
@@ -37,10 +30,10 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   FILE* f = fopen(argv[1], "rb");
   if (!f) return 2;
-  const auto h = read<int32_t>(f, 3);
+  const auto h = simt::read<int32_t>(f, 3);
   const int B = h[0], T = h[1], k = h[2];
-  const auto x = read<float>(f, (size_t)B * T);
-  const auto e = read<float>(f, 1024);
+  const auto x = simt::read<float>(f, (size_t)B * T);
+  const auto e = simt::read<float>(f, 1024);
   fclose(f);
   std::vector<int64_t> steps((size_t)B * (T / 2));
   if (k == 2) run<4>(x.data(), e.data(), B, T, steps.data());

@@ -11,12 +11,14 @@
 // Bulk (TMA) copies shared → global run as late as a GPU may run them (below).
 #pragma once
 #include <array>
+#include <cstdio>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <stdexcept>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -258,5 +260,13 @@ inline void bulk_wait_all() {
   bulk_wait_read(0);
   for (auto& c : bulk_unwritten) std::memcpy(c.dst, c.data.data(), c.data.size());
   bulk_unwritten.clear();
+}
+
+// a harness's input: n values of T from f (throws on a short file)
+template <typename T>
+inline std::vector<T> read(FILE* f, size_t n) {
+  std::vector<T> v(n);
+  if (fread(v.data(), sizeof(T), n, f) != n) throw std::runtime_error("short input");
+  return v;
 }
 }  // namespace simt

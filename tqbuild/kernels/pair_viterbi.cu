@@ -27,6 +27,7 @@
 #define TQ_GLOBAL __global__
 #define TQ_BOUNDS(n) __launch_bounds__(n, 1)
 #endif
+#include "../runtime/smem_abs.cuh"
 
 namespace {
 
@@ -40,12 +41,6 @@ TQ_DEV int pad(int j) { return j + (j >> 5); }  // best_t's index (a word every 
                                                 // two lanes of a warp on one bank)
 
 #ifdef __CUDACC__
-TQ_DEV uint32_t lds_abs(uint32_t addr) {
-    uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
-    return v;
-}
-TQ_DEV uint32_t shared_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // min(m, v) of non-negative float bit patterns, keep = m <= v (the older, smaller c)
 TQ_DEV uint32_t min_keep(uint32_t m, uint32_t v, bool& keep) {
     return (uint32_t)__vibmin_s32((int)m, (int)v, &keep);
@@ -53,19 +48,7 @@ TQ_DEV uint32_t min_keep(uint32_t m, uint32_t v, bool& keep) {
 TQ_DEV uint32_t shfl_xor_u(uint32_t v, int o) { return __shfl_xor_sync(0xFFFFFFFFu, v, o); }
 TQ_DEV uint32_t warp_ballot(bool p) { return __ballot_sync(0xFFFFFFFFu, p); }
 TQ_DEV int first_lane(uint32_t m) { return __ffs(m) - 1; }
-#define TQ_DYN_SMEM extern __shared__ int4 smem4[]; char* smem = reinterpret_cast<char*>(smem4)
 #else
-using std::max;
-using std::min;
-TQ_DEV uint32_t lds_abs(uint32_t addr) {
-    uint32_t v;
-    std::memcpy(&v, reinterpret_cast<const char*>(smem) + addr - 0x400, 4);
-    return v;
-}
-TQ_DEV uint32_t shared_addr(const void* p) {
-    return 0x400u + (uint32_t)(reinterpret_cast<const char*>(p) -
-                               reinterpret_cast<const char*>(smem));
-}
 TQ_DEV uint32_t min_keep(uint32_t m, uint32_t v, bool& keep) {
     keep = (int32_t)m <= (int32_t)v;
     return keep ? m : v;
@@ -79,7 +62,6 @@ TQ_DEV uint32_t warp_ballot(bool p) {
     return m;
 }
 TQ_DEV int first_lane(uint32_t m) { return __builtin_ctz(m); }
-#define TQ_DYN_SMEM char* smem_p = reinterpret_cast<char*>(smem)
 #endif
 
 // per k: classes a thread (I) x predecessors a thread (CC)
@@ -135,9 +117,6 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_viterbi_pass(const float* __restrict__ x,
     constexpr int C = 1 << K, J = S >> K, I = Tile<K>::I, CC = Tile<K>::CC, R = C / CC;
     constexpr int JP = J + J / 32;  // a padded best_t buffer
     TQ_DYN_SMEM;
-#ifndef __CUDACC__
-    char* smem = smem_p;
-#endif
     float* best = reinterpret_cast<float*>(smem);             // [2][JP]
     float* xs = best + 2 * JP;                                // [T]
     uint8_t* last_arg = reinterpret_cast<uint8_t*>(xs + T);   // [J]: the last step's argmins

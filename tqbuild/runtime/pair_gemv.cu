@@ -33,6 +33,7 @@
 #define TQ_GLOBAL __global__
 #define TQ_BOUNDS(n) __launch_bounds__(n)
 #endif
+#include "smem_abs.cuh"
 
 #ifndef TQ_K
 #error "define TQ_K and TQ_L"
@@ -52,12 +53,6 @@ constexpr int NT = 512;                   // threads a block
 constexpr int RED_OFF = 0x20000 - 0x400;  // pair_cols: the block's sums, after the table
 
 #ifdef __CUDACC__
-TQ_DEV uint32_t lds_abs(uint32_t addr) {
-    uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
-    return v;
-}
-TQ_DEV uint32_t shared_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) { return __dp2a_lo((int)e, (int)x, c); }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return __dp2a_hi((int)e, (int)x, c); }
 TQ_DEV float xload(const void* x, int dt, size_t i) {
@@ -69,19 +64,7 @@ TQ_DEV float half_of(const uint16_t* s, int i) {
     return __half2float(__ushort_as_half(__ldg(s + i)));
 }
 TQ_DEV float shfl_xor(float v, int o) { return __shfl_xor_sync(0xFFFFFFFFu, v, o); }
-#define TQ_DYN_SMEM extern __shared__ int4 smem4[]; char* smem = reinterpret_cast<char*>(smem4)
 #else
-using std::max;
-using std::min;
-TQ_DEV uint32_t lds_abs(uint32_t addr) {
-    uint32_t v;
-    std::memcpy(&v, reinterpret_cast<const char*>(smem) + addr - 0x400, 4);
-    return v;
-}
-TQ_DEV uint32_t shared_addr(const void* p) {
-    return 0x400u + (uint32_t)(reinterpret_cast<const char*>(p) -
-                               reinterpret_cast<const char*>(smem));
-}
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) {
     return c + (int16_t)(e & 0xFFFF) * (int8_t)(x & 0xFF) +
            (int16_t)(e >> 16) * (int8_t)((x >> 8) & 0xFF);
@@ -97,7 +80,6 @@ TQ_DEV float shfl_xor(float v, int o) { return warp_exchange(v, (int)(threadIdx.
 TQ_DEV uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, int sh) {
     return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh & 31));
 }
-#define TQ_DYN_SMEM char* smem_p = reinterpret_cast<char*>(smem)
 #endif
 
 // the window of step v (a constant after unrolling) from a period's k words + the next
@@ -147,9 +129,6 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_rows(const uint32_t* __restrict__ words,
                                        float* __restrict__ out, int rows, int n, int ppb,
                                        float factor, int nblocks) {
     TQ_DYN_SMEM;
-#ifndef __CUDACC__
-    char* smem = smem_p;
-#endif
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ng = n >> 5;
     uint32_t* xq = reinterpret_cast<uint32_t*>(smem + TAB_OFF + TAB_WORDS * 4);  // [M][n/4]
@@ -280,9 +259,6 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
                                        const float* __restrict__ gs, float* __restrict__ part,
                                        int n_in, int nperiods, int ppb, int nblocks) {
     TQ_DYN_SMEM;
-#ifndef __CUDACC__
-    char* smem = smem_p;
-#endif
     constexpr int W = NT / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* red = reinterpret_cast<float*>(smem + RED_OFF);  // [W][1024]
