@@ -49,21 +49,23 @@ def test_mul1_values_and_unit_variance():
 
 
 def test_format_versions_carry_their_codes():
-    """mul1 artifacts are version 2; 1mad/3inst stay version 1 (older artifacts
+    """mul1 artifacts are version 2, pair 3; 1mad/3inst stay version 1 (older artifacts
     byte-identical); a reader rejects a code its version does not have."""
     def entry(code, version):
         return {"bits": 2, "group_size": 64,
                 "trellis": {"L": 12, "code": code, "axis": 1, "interleave": False,
                             "version": version}}
-    for code, v in (("1mad", 1), ("3inst", 1), ("mul1", 2)):
+    for code, v in (("1mad", 1), ("3inst", 1), ("mul1", 2), ("pair", 3)):
         e = fmt.TrellisEntry.from_config(entry(code, v))
         assert e.trellis_dict()["version"] == v
         assert fmt.TrellisEntry.from_config(e.config()) == e
     assert fmt.TrellisEntry.from_config(entry("1mad", 2)).code == "1mad"  # v2 reads v1 codes
     with pytest.raises(ValueError, match="not part of format version 1"):
         fmt.TrellisEntry.from_config(entry("mul1", 1))
-    with pytest.raises(ValueError, match="version 3 is not supported"):
-        fmt.TrellisEntry.from_config(entry("1mad", 3))
+    with pytest.raises(ValueError, match="not part of format version 2"):
+        fmt.TrellisEntry.from_config(entry("pair", 2))
+    with pytest.raises(ValueError, match="version 4 is not supported"):
+        fmt.TrellisEntry.from_config(entry("1mad", 4))
 
 
 def test_3inst_is_unit_variance():
