@@ -30,7 +30,9 @@ transformers. Variants swap the decoder linears in place:
               AffineLinear, as the recipes quantize it;
   q3-fused-cu-lm8-qkv — that with q, k and v in one module (runtime/fused_qkv.py),
               as the CUDA loaders now serve an artifact;
-  affine4-cu-lm8-qkv — affine4-cu with the same 8-bit lm_head and fused q, k, v.
+  affine4-cu-lm8-qkv — affine4-cu with the same 8-bit lm_head and fused q, k, v;
+  p3-fused-cu-lm8-qkv — q3-fused-cu-lm8-qkv with the MLP in the pair code (format
+              version 3, k = 3, L = 16: runtime/pair_gemv.cu's kernels).
 lm_head stays bf16 in every other variant (the same bytes for all). `--compile`:
 each variant's forward also through torch.compile
 (inductor fuses the norms, RoPE and elementwise work between the linears;
@@ -59,7 +61,7 @@ from trellis_decode import graph_tokens_per_s  # noqa: E402
 
 from tqbuild.runtime import affine_cuda, trellis_cuda  # noqa: E402
 from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
-from tqbuild.runtime.fused_mlp import fuse_gate_up  # noqa: E402
+from tqbuild.runtime.fused_mlp import GateUpMLP, fuse_gate_up, stack_rows  # noqa: E402
 from tqbuild.runtime.fused_qkv import PROJ, fuse_qkv  # noqa: E402
 from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
 
@@ -96,14 +98,15 @@ def affine_tq(out_f: int, in_f: int, g: torch.Generator, bits: int = 4,
     return AffineLinear(words, scales, biases, bits, group)
 
 
-def trellis(out_f: int, in_f: int, axis: int, g: torch.Generator, k: int = 3) -> TrellisLinear:
+def trellis(out_f: int, in_f: int, axis: int, g: torch.Generator, k: int = 3,
+            code: str = "mul1", L: int = 12) -> TrellisLinear:
     rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
     words = torch.randint(-2**31, 2**31 - 1, (rows, cols * k // 32), device="cuda",
                           dtype=torch.int32, generator=g)  # every bit pattern is a valid state
     scales = (torch.rand(rows, device="cuda", generator=g) * 0.02 + 0.005).half()
     entry = {"bits": k, "group_size": 256, "mode": "trellis",
-             "trellis": {"L": 12, "code": "mul1", "axis": axis, "interleave": False,
-                         "version": 2}}
+             "trellis": {"L": L, "code": code, "axis": axis, "interleave": False,
+                         "version": 3 if code == "pair" else 2}}
     return TrellisLinear(words, scales, entry).cuda()
 
 
@@ -237,6 +240,14 @@ def main() -> None:
     run("q3-fused-cu-lm8")
     res["fused_qkv"] = fuse_qkv(model)  # attentions fused (32 where the rewrite applies)
     run("q3-fused-cu-lm8-qkv")
+    if not only or "p3-fused-cu-lm8-qkv" in only:  # the MLP in the pair code instead
+        inter, hid = cfg.intermediate_size, cfg.hidden_size
+        for layer in model.model.layers:
+            gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
+                                  for _ in range(2)])
+            layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, code="pair", L=16),
+                                  layer.mlp.act_fn)
+        run("p3-fused-cu-lm8-qkv")
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})

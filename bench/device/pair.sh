@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for the pair code (session 17): bash bench/device/pair.sh
 # builds its libraries in parallel, runs tests/test_pair_cuda.py, bench/pair_gemv.py
-# (PAIR_ARGS) and bench/viterbi_cuda.py --code pair (then mul1) at L = 16, within END_S.
+# (PAIR_ARGS), bench/viterbi_cuda.py --code pair at L = 16 (VIT_CODES) and, time left, the
+# 8B-shaped decode with the pair code's MLP, within END_S.
 set -o pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
 if ls .whl/*.whl > /dev/null 2>&1; then
@@ -25,9 +26,14 @@ timeout "${TESTS_S:-150}" python3 -m pytest -q -x tests/test_pair_cuda.py 2>&1 |
 timeout "$(( $(left) - 200 ))" python3 bench/pair_gemv.py ${PAIR_ARGS:---ks 3,4 --tag=-s17} 2>&1 \
   | tee "$OUT/pair-gemv.log" | cut -c1-330
 cp bench/results/pair_gemv-cuda*.json "$OUT/" 2>/dev/null
-for code in pair mul1; do
+for code in ${VIT_CODES:-pair}; do
   timeout "$(left)" python3 bench/viterbi_cuda.py --code $code --ls 16 --no-old --tag="-s17$code" \
     2>&1 | tee "$OUT/vit-$code.log" | cut -c1-250
   cp bench/results/viterbi_cuda-cuda-s17$code.json "$OUT/" 2>/dev/null
 done
+if [ "$(left)" -gt 120 ]; then  # the 8B-shaped decode with the pair code's MLP, PDL on
+  TORCHINDUCTOR_ENABLE_PDL=1 timeout "$(left)" python3 bench/decode_8b.py --compile --no-eager \
+    --only bf16,q3-fused-cu-lm8-qkv,p3-fused-cu-lm8-qkv --tag=-s17p 2>&1 | tail -8 | cut -c1-300
+  cp bench/results/decode_8b-cuda-s17p.json "$OUT/" 2>/dev/null
+fi
 echo "=== done $SECONDS s"
