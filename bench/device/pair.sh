@@ -23,7 +23,7 @@ jobs += [lambda k=k: tc.library(k, 12, 'mul1') for k in (3, 4)]
 with P(8) as ex: print([type(r).__name__ for r in ex.map(lambda f: f(), jobs)])
 print('built', round(time.time() - t, 1), 's')" 2>&1 | tail -3
 timeout "${TESTS_S:-150}" python3 -m pytest -q -x tests/test_pair_cuda.py 2>&1 | tee "$OUT/pair-pytest.log" | tail -6
-timeout "$(( $(left) - 200 ))" python3 bench/pair_gemv.py ${PAIR_ARGS:---ks 3 --tag=-s17} 2>&1 \
+timeout "$(( $(left) / 2 ))" python3 bench/pair_gemv.py ${PAIR_ARGS:---ks 3 --tag=-s17} 2>&1 \
   | tee "$OUT/pair-gemv.log" | cut -c1-330
 cp bench/results/pair_gemv-cuda*.json "$OUT/" 2>/dev/null
 for code in ${VIT_CODES:-pair}; do
