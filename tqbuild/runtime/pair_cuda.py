@@ -36,7 +36,7 @@ def _load(k: int, L: int) -> ctypes.CDLL:
     dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}"])
     P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
     sig: dict[str, tuple[Any, list[Any]]] = {
-        "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 7 + [F, I, P]),
+        "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 6 + [F, I, P]),
         "tq_pair_cols": (I, [P, P, P, P, I, P, P, P, P, I, I, I, F, I, P]),
         "tq_pair_rows_smem": (Z, [I] * 3),
         "tq_pair_cols_smem": (Z, [])}
