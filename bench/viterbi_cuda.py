@@ -231,7 +231,6 @@ def main() -> None:
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "flags": viterbi_cuda.flags(),
                  "streams": os.environ.get("TQBUILD_VITERBI_STREAMS", "per k"),
-                 "bt_streams": viterbi_cuda.bt_streams(),
                  "scratch_budget_bytes": viterbi_cuda.scratch_budget(torch.device("cuda")),
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)

@@ -187,13 +187,6 @@ def test_launch_sizes_are_even_within_the_budget_and_a_multiple_of_the_streams(B
     assert len(sizes) == min(B, -(-fewest // streams) * streams)  # (no launch for B = 0)
 
 
-def test_backtrack_streams_are_opt_in(monkeypatch):
-    monkeypatch.delenv("TQBUILD_VITERBI_BT_STREAMS", raising=False)
-    assert not viterbi_cuda.bt_streams()
-    monkeypatch.setenv("TQBUILD_VITERBI_BT_STREAMS", "1")
-    assert viterbi_cuda.bt_streams()
-
-
 def test_two_streams_only_where_measured_faster(monkeypatch):
     monkeypatch.delenv("TQBUILD_VITERBI_STREAMS", raising=False)
     assert [viterbi_cuda.streams(16, k) for k in (1, 2, 3, 4)] == [1, 2, 1, 1]
@@ -221,12 +214,9 @@ def test_scratch_budget_is_an_eighth_of_the_device_within_1_to_16_gb(monkeypatch
 
 
 @needs_cuda
-@pytest.mark.parametrize("L,k,streams,bt", [(12, 3, 2, "0"), (16, 3, 2, "0"), (16, 4, 3, "0"),
-                                           (16, 2, 1, "0"), (16, 3, 2, "1"), (16, 2, 1, "1")])
-def test_launches_on_several_streams_give_the_same_states(monkeypatch, L, k, streams, bt):
-    """A scratch budget small enough for several launches, alternating between streams
-    (and with the backtracks on streams of their own)."""
-    monkeypatch.setenv("TQBUILD_VITERBI_BT_STREAMS", bt)
+@pytest.mark.parametrize("L,k,streams", [(12, 3, 2), (16, 3, 2), (16, 4, 3), (16, 2, 1)])
+def test_launches_on_several_streams_give_the_same_states(monkeypatch, L, k, streams):
+    """A scratch budget small enough for several launches, alternating between streams."""
     assert viterbi_cuda.available(torch.zeros(1, 256, device="cuda"), L, k)
     lib = viterbi_cuda._lib
     g = torch.Generator(device="cuda").manual_seed(9)

@@ -85,20 +85,15 @@ for step in "$@"; do
            TQBUILD_VITERBI_FLAGS="-DTQ_VIT_BTW=$w" timeout "${TESTS_S:-150}" python3 -m pytest -q -x \
              tests/test_viterbi_cuda.py -k "16" 2>&1 | tail -2
          done
-         # BTW_RUNS: w:n[:b] — w sequences a backtrack block, n streams (per = per k), b = 1:
-         # the backtracks on high-priority streams of their own (TQBUILD_VITERBI_BT_STREAMS)
-         [ -n "$BT_TESTS" ] && TQBUILD_VITERBI_BT_STREAMS=1 timeout "${TESTS_S:-150}" python3 -m \
-           pytest -q tests/test_viterbi_cuda.py -k "several_streams" 2>&1 | tail -2
-         for run in ${BTW_RUNS:-4:per 32:per 32:2 4:2}; do
-           IFS=: read -r w n b <<< "$run"
+         for pair in ${BTW_RUNS:-4:per 32:per 32:2 4:2}; do
+           w=${pair%%:*} n=${pair##*:}
            [ "$n" = per ] && unset TQBUILD_VITERBI_STREAMS || export TQBUILD_VITERBI_STREAMS=$n
-           export TQBUILD_VITERBI_BT_STREAMS=${b:-0}
            TQBUILD_VITERBI_FLAGS=$([ "$w" = 4 ] || echo "-DTQ_VIT_BTW=$w") \
              timeout "$(( ${END_S:-570} - SECONDS ))" python3 bench/viterbi_cuda.py --ls 16 --no-old \
-             --tag="-${VTAG:-}w${w}s$n${b:+b$b}" 2>&1 | cut -c1-200
-           cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"w${w}s$n${b:+b$b}.json "$OUT/"
+             --tag="-${VTAG:-}w${w}s$n" 2>&1 | cut -c1-200
+           cp bench/results/viterbi_cuda-cuda-"${VTAG:-}"w${w}s$n.json "$OUT/"
          done
-         unset TQBUILD_VITERBI_STREAMS TQBUILD_VITERBI_BT_STREAMS ;;
+         unset TQBUILD_VITERBI_STREAMS ;;
     b8) python3 bench/build_8b_h200.py --limit "${B8_LIMIT:-470}" 2>&1 | tail -3 | cut -c1-1500
         cp bench/results/build_8b-cuda.json "$OUT/"; cp /tmp/b8/events.jsonl "$OUT/" ;;
   esac

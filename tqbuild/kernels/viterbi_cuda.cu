@@ -863,48 +863,32 @@ static cudaError_t allow_smem(int T, size_t& smem) {
                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
-// `to` waits for what `from` has launched so far
-static cudaError_t join(cudaStream_t from, cudaStream_t to) {
-  cudaEvent_t ev;
-  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-  if (e == cudaSuccess) e = cudaEventRecord(ev, from);
-  if (e == cudaSuccess) e = cudaStreamWaitEvent(to, ev, 0);
-  cudaEventDestroy(ev);  // (released once the wait no longer needs it)
-  return e;
-}
-
-// one pass (PASS 0, 1) and its backtrack kernel, or both fused (PASS −1); the backtrack
-// on `bt` where given (a higher-priority stream: its few blocks take the SMs freed first
-// while another stream's forward blocks wait), joined both ways
+// one pass (PASS 0, 1) and its backtrack kernel, or both fused (PASS −1)
 template <int L, int K, int NT, int MODE, int PASS>
 static int launch_pass(const float* x, const float* table, int B, int T, uint8_t* bp,
-                       int64_t* states, int32_t* links, cudaStream_t stream, cudaStream_t bt) {
+                       int64_t* states, int32_t* links, cudaStream_t stream) {
   size_t smem;
   cudaError_t e = allow_smem<L, K, NT, MODE, PASS>(T, smem);
   if (e != cudaSuccess) return (int)e;
   viterbi_tailbiting_kernel<L, K, NT, MODE, PASS><<<B, NT, smem, stream>>>(x, table, T, bp, states,
                                                                            links);
-  if constexpr (PASS >= 0) {
-    cudaStream_t s = bt ? bt : stream;
-    if (bt && (e = join(stream, bt)) != cudaSuccess) return (int)e;
-    viterbi_backtrack_kernel<L, K, MODE><<<(B + BT_WARPS - 1) / BT_WARPS, 32 * BT_WARPS, 0, s>>>(
+  if constexpr (PASS >= 0)
+    viterbi_backtrack_kernel<L, K, MODE><<<(B + BT_WARPS - 1) / BT_WARPS, 32 * BT_WARPS, 0, stream>>>(
         x, table, T, B, PASS, bp, links, states);
-    if (bt && (e = join(bt, stream)) != cudaSuccess) return (int)e;
-  }
   return (int)cudaGetLastError();
 }
 
 template <int L, int K, int NT, int MODE>
 static int launch_one(const float* x, const float* table, int B, int T, uint8_t* bp,
-                      int64_t* states, cudaStream_t stream, cudaStream_t bt) {
+                      int64_t* states, cudaStream_t stream) {
   static_assert(smem_bytes(L, K, NT, MAX_T) <= SMEM_BYTES, "shared-memory plan");
   if (smem_code_groups(L, K, NT) + smem_code_rows(L, K, NT) > 0 && T > MAX_T) return -2;
   if constexpr (split_backtrack(L, K)) {
     int32_t* links = reinterpret_cast<int32_t*>(bp + (int64_t)B * scratch_bytes(L, K, T));
-    const int rc = launch_pass<L, K, NT, MODE, 0>(x, table, B, T, bp, states, links, stream, bt);
-    return rc ? rc : launch_pass<L, K, NT, MODE, 1>(x, table, B, T, bp, states, links, stream, bt);
+    const int rc = launch_pass<L, K, NT, MODE, 0>(x, table, B, T, bp, states, links, stream);
+    return rc ? rc : launch_pass<L, K, NT, MODE, 1>(x, table, B, T, bp, states, links, stream);
   } else {
-    return launch_pass<L, K, NT, MODE, -1>(x, table, B, T, bp, states, nullptr, stream, nullptr);
+    return launch_pass<L, K, NT, MODE, -1>(x, table, B, T, bp, states, nullptr, stream);
   }
 }
 
@@ -927,9 +911,9 @@ extern "C" int64_t tq_viterbi_scratch_bytes(int L, int k, int T) {
 
 extern "C" int tq_viterbi_tailbiting(const float* x, const float* table, int B, int T, int L,
                                      int k, int mode, uint8_t* bp, int64_t* states,
-                                     void* stream, void* bt_stream) {
-  cudaStream_t s = static_cast<cudaStream_t>(stream), bt = static_cast<cudaStream_t>(bt_stream);
-  ALL_CASES(launch_one, x, table, B, T, bp, states, s, bt)
+                                     void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  ALL_CASES(launch_one, x, table, B, T, bp, states, s)
   return -1;
 }
 #endif

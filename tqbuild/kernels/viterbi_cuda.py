@@ -39,7 +39,7 @@ def _build() -> ctypes.CDLL:
     dll = nvcc.build(SOURCE, flags())
     f = dll.tq_viterbi_tailbiting
     f.restype = ctypes.c_int
-    f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 4
+    f.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 3
     dll.tq_viterbi_scratch_bytes.restype = ctypes.c_int64
     dll.tq_viterbi_scratch_bytes.argtypes = [ctypes.c_int] * 3
     return dll
@@ -107,7 +107,6 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     if not sizes:
         return out  # no sequences
     lanes = _streams(x.device, min(len(sizes), n_streams))
-    bts = _bt_streams(x.device, len(lanes)) if bt_streams() else [None] * len(lanes)
     bps = [torch.empty(max(sizes[i::len(lanes)]) * per, dtype=torch.uint8, device=x.device)
            for i in range(len(lanes))]  # each stream's own scratch
     main = lanes[0]  # torch's current stream
@@ -117,8 +116,7 @@ def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, cod
     for i, n in enumerate(sizes):
         rc = _lib.tq_viterbi_tailbiting(x[a:].data_ptr(), table.data_ptr(), n, T, L, k, mode,
                                         bps[i % len(lanes)].data_ptr(), out[a:].data_ptr(),
-                                        ctypes.c_void_p(lanes[i % len(lanes)].cuda_stream),
-                                        ctypes.c_void_p(bts[i % len(lanes)]))
+                                        ctypes.c_void_p(lanes[i % len(lanes)].cuda_stream))
         if rc != 0:
             raise RuntimeError(f"CUDA Viterbi launch failed (cudaError {rc})")
         a += n
@@ -147,22 +145,3 @@ def _streams(device: torch.device, n: int) -> list[torch.cuda.Stream]:
     while len(side) < n - 1:
         side.append(torch.cuda.Stream(device=idx))
     return [torch.cuda.current_stream(device), *side[: n - 1]]
-
-
-def bt_streams() -> bool:
-    """TQBUILD_VITERBI_BT_STREAMS=1: each launch stream's backtrack kernels on a
-    stream of their own at the highest priority (L = 16, k >= 2), so that with several
-    launch streams a backtrack's few blocks take the SMs freed first."""
-    return os.environ.get("TQBUILD_VITERBI_BT_STREAMS", "0") == "1"
-
-
-_bt: dict[int, list[torch.cuda.Stream]] = {}
-
-
-def _bt_streams(device: torch.device, n: int) -> list[int]:
-    """n highest-priority streams on `device` (made once), as raw handles."""
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    have = _bt.setdefault(idx, [])
-    while len(have) < n:
-        have.append(torch.cuda.Stream(device=idx, priority=-8))  # clamped to the highest
-    return [st.cuda_stream for st in have[:n]]
