@@ -29,8 +29,10 @@ import torch
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "scripts"))
 
 from hostinfo import host  # noqa: E402
+from make_pair_table import kmeans  # noqa: E402
 
 from tqbuild.kernels.trellis_codes import code_table  # noqa: E402
 from tqbuild.kernels.viterbi import viterbi_tailbiting  # noqa: E402
@@ -40,16 +42,8 @@ HASH = 0x83DCD12D  # exllamav3's mul1 multiplier (odd)
 
 
 def kmeans_pairs(q: int, seed: int = 0, n: int = 1 << 18, iters: int = 40) -> np.ndarray:
-    """2^q centroids of N(0, I_2) by Lloyd's iterations (float64, sorted by angle)."""
-    g = np.random.default_rng(seed)
-    pts = torch.from_numpy(g.standard_normal((n, 2)))
-    cen = pts[torch.from_numpy(g.choice(n, 2**q, replace=False))].clone()
-    for _ in range(iters):
-        a = torch.cdist(pts, cen).argmin(dim=1)
-        s = torch.zeros_like(cen).index_add_(0, a, pts)
-        c = torch.bincount(a, minlength=2**q).double().view(-1, 1)
-        cen = torch.where(c > 0, s / c.clamp(min=1), cen)
-    return cen.numpy()
+    """2^q centroids of a 2-D standard normal (the shipped table's k-means, fewer samples)."""
+    return kmeans(q, n, iters, seed)
 
 
 def pair_table(L: int, q: int, cen: np.ndarray, mult: int = HASH) -> torch.Tensor:

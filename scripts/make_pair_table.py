@@ -21,14 +21,16 @@ import torch
 Q, UNIT = 9, 8192
 
 
-def kmeans(n: int = 1 << 20, iters: int = 100, seed: int = 0) -> np.ndarray:
+def kmeans(q: int = Q, n: int = 1 << 20, iters: int = 100, seed: int = 0) -> np.ndarray:
+    """2^q centroids of N(0, I_2) by Lloyd's iterations (float64; bench/pair_code_study.py
+    uses it too, with fewer samples and iterations)."""
     g = np.random.default_rng(seed)
     pts = torch.from_numpy(g.standard_normal((n, 2)))
-    cen = pts[torch.from_numpy(g.choice(n, 2**Q, replace=False))].clone()
+    cen = pts[torch.from_numpy(g.choice(n, 2**q, replace=False))].clone()
     for _ in range(iters):
         a = torch.cdist(pts, cen).argmin(dim=1)
         s = torch.zeros_like(cen).index_add_(0, a, pts)
-        c = torch.bincount(a, minlength=2**Q).double().view(-1, 1)
+        c = torch.bincount(a, minlength=2**q).double().view(-1, 1)
         cen = torch.where(c > 0, s / c.clamp(min=1), cen)
     return cen.numpy()
 

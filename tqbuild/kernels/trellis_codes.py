@@ -15,10 +15,10 @@ e = bits [L − 9, L) of s·0x83DCD12D mod 2^32 of a 512-entry table of int16 pa
 (pair_table.py, k-means of a 2-D standard normal, units of 2^-13): the low half
 is the step's first weight, the high half its second. Stored as the V = 1 bit
 layout with k bits a weight: the state of the step's SECOND weight (odd time) is
-the step's state. Its decode is a table lookup a two weights (bench/pair_gemv.cu:
-~3 instructions a weight against mul1's ~4.5); measured on N(0, 1) at L = 16 its
-MSE is 2 % (k = 2) and 9 % (k = 3) above mul1's, 55 % at k = 4
-(bench/results/pair_code_study.json).
+the step's state. Its decode is a table lookup a two weights (runtime/pair_gemv.cu:
+~3.3 SASS instructions a weight against mul1's ~4.5, yet measured slower: latency-bound,
+bench/trellis_kernels-notes.md); measured on N(0, 1) at L = 16 its MSE is 2 % (k = 2)
+and 9 % (k = 3) above mul1's, 55 % at k = 4 (bench/results/pair_code_study.json).
 """
 
 from __future__ import annotations
@@ -72,10 +72,6 @@ def code_table(code: str, L: int) -> np.ndarray:
     table = code_3inst(states) if code == "3inst" else code_bytesum(states, code)
     table.setflags(write=False)
     return table
-
-
-def weights_per_state(code: str) -> int:
-    return 2 if code in PAIR_CODES else 1
 
 
 def pair_index(states: np.ndarray, L: int) -> np.ndarray:

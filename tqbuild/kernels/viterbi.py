@@ -18,20 +18,31 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .trellis_codes import PAIR_CODES, code_table, pair_entries, pair_index
+from .trellis_codes import PAIR_CODES, code_table, pair_entries, pair_index, pair_table
 
 
 def code_tensor(code: str, L: int, device) -> torch.Tensor:
     return torch.from_numpy(code_table(code, L).copy()).to(device)
 
 
+def value_table(code: str, L: int, device) -> torch.Tensor:
+    """The code's values by state: [2^L] (one a state), or [2^L, 2] for a pair code."""
+    if code in PAIR_CODES:
+        return torch.from_numpy(pair_table(L).copy()).to(device)
+    return code_tensor(code, L, device)
+
+
+def lookup(table: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """float32 values of per-weight states [.., T·n] from `value_table` (a pair
+    table: a step's pair from its second weight's state, trellis_codes.values_of)."""
+    if table.dim() == 2:
+        return table[states[..., 1::2]].reshape(states.shape)
+    return table[states]
+
+
 def values(states: torch.Tensor, code: str, L: int) -> torch.Tensor:
     """float32 values of per-weight states [.., T·n] (trellis_codes.values_of, in torch)."""
-    if code not in PAIR_CODES:
-        return code_tensor(code, L, states.device)[states]
-    tab = torch.from_numpy(pair_entries().copy()).to(states.device)
-    idx = torch.from_numpy(pair_index(np.arange(2**L, dtype=np.uint32), L)).to(states.device)
-    return tab[idx[states[..., 1::2]]].reshape(states.shape)
+    return lookup(value_table(code, L, states.device), states)
 
 
 def _pass(x: torch.Tensor, table: torch.Tensor, L: int, k: int,

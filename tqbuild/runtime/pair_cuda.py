@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..kernels import nvcc
@@ -66,10 +67,11 @@ def _sm_count(device: int) -> int:
 
 @functools.cache
 def _table(device: torch.device) -> torch.Tensor:
+    """The 512 entries as stored (two int16 in a word), on `device`."""
     from ..kernels.pair_table import ENTRIES
 
-    return torch.tensor([e - (1 << 32) if e >= 1 << 31 else e for e in ENTRIES],
-                        dtype=torch.int32, device=device)
+    words = np.asarray(ENTRIES, dtype=np.uint32).view(np.int32)
+    return torch.from_numpy(words.copy()).to(device)
 
 
 def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,

@@ -29,7 +29,8 @@ except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
 from ..formats.trellis import TrellisEntry
-from ..kernels.trellis_codes import PAIR_CODES, code_table, pair_table
+from ..kernels.trellis_codes import PAIR_CODES
+from ..kernels.viterbi import lookup, value_table
 from . import act_int8, pair_cuda, trellis_cuda, trellis_triton
 
 SMALL_M = trellis_triton.MAX_M
@@ -54,11 +55,7 @@ def decode_torch(words: torch.Tensor, scales: torch.Tensor, table: torch.Tensor,
     if interleave:
         g, rows, pair = words.shape
         words = words.permute(1, 0, 2).reshape(rows, g * pair)
-    st = _windows(words, k, T, L)
-    if table.dim() == 2:  # a pair code's [2^L, 2] table: a step's pair from its 2nd state
-        w = table[st[:, 1::2]].reshape(st.shape) * scales.float()[:, None]
-    else:
-        w = table[st] * scales.float()[:, None]
+    w = lookup(table, _windows(words, k, T, L)) * scales.float()[:, None]
     return w if axis == 1 else w.t()
 
 
@@ -165,8 +162,7 @@ class TrellisLinear(nn.Module):
         words = te.plain_words(words).contiguous()  # the kernels read the plain layout
         self.register_buffer("words", words.view(torch.int32))
         self.register_buffer("scales", scales)
-        tab = pair_table(self.L) if te.code in PAIR_CODES else code_table(te.code, self.L)
-        self.register_buffer("table", torch.from_numpy(tab.copy()))
+        self.register_buffer("table", value_table(te.code, self.L, "cpu"))
         self.bias = nn.Parameter(bias) if bias is not None else None
         rows, nw = words.shape
         cols = nw * 32 // self.k

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from ..formats import trellis as fmt
-from ..kernels.trellis_codes import PAIR_CODES
-from ..kernels.viterbi import code_tensor, quantize_blocks, values
+from ..kernels import viterbi
+from ..kernels.viterbi import lookup, quantize_blocks, values
 from .guard import (
     damping_ladder,
     inverse_cholesky_upper,
@@ -69,12 +69,7 @@ def sequence_scales(w: torch.Tensor, axis: int, alpha: float = 1.0) -> torch.Ten
     return (rms if alpha == 1.0 else rms * alpha).to(torch.float16)
 
 
-def value_table(g: Geometry, device) -> torch.Tensor | None:
-    """The code's value of every state (None for a pair code: `values` reads pairs)."""
-    return None if g.code in PAIR_CODES else code_tensor(g.code, g.L, device)
-
-
-def _code(x: torch.Tensor, scale: torch.Tensor, g: Geometry, table: torch.Tensor | None
+def _code(x: torch.Tensor, scale: torch.Tensor, g: Geometry, table: torch.Tensor
           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences x [n, len] with scales [n] -> (states [n, len], values [n, len] f32)."""
     s = scale.float().to(x.device)
@@ -84,12 +79,11 @@ def _code(x: torch.Tensor, scale: torch.Tensor, g: Geometry, table: torch.Tensor
         # diverging LDLQ pass, which ldlq_core then discards) are coded as 0
         xn = torch.nan_to_num(xn, nan=0.0, posinf=0.0, neginf=0.0)
     states = quantize_blocks(xn, g.L, g.k, g.code, finite=xn.is_cuda).reshape(x.shape)
-    vals = values(states, g.code, g.L) if table is None else table[states]
-    return states, vals * s[:, None]
+    return states, lookup(table, states) * s[:, None]
 
 
 def _code_columns(w: torch.Tensor, cols: slice, scales: torch.Tensor, g: Geometry,
-                  table: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+                  table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Code W[:, cols] -> (states in stored orientation, values [out, |cols|])."""
     if g.axis == 1:
         return _code(w[:, cols], scales, g, table)
@@ -99,7 +93,7 @@ def _code_columns(w: torch.Tensor, cols: slice, scales: torch.Tensor, g: Geometr
 
 def trellis_plain(w: torch.Tensor, g: Geometry) -> TrellisResult:
     scales = sequence_scales(w, g.axis, g.alpha)
-    table = value_table(g, w.device)
+    table = viterbi.value_table(g.code, g.L, w.device)
     seqs = w.float() if g.axis == 1 else w.float().t()
     states, val = _code(seqs, scales, g, table)
     recon = val if g.axis == 1 else val.t()
@@ -130,7 +124,7 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
     if U is None:
         return {"event": "cholesky_failed", "damp": damp}
     scales = sequence_scales(w, g.axis, g.alpha)
-    table = value_table(g, w.device)
+    table = viterbi.value_table(g.code, g.L, w.device)
     peak = float(w.abs().max())
     states = torch.empty((out, cols) if g.axis == 1 else (cols, out), dtype=torch.int64,
                          device=w.device)
