@@ -170,3 +170,34 @@ def test_activations_are_pruned_unless_kept(src, tmp_path):
     assert computed(tmp_path / "pr" / "work") == [f"layer {i}" for i in range(4)]
     acts = sorted((tmp_path / "pr" / "work" / "tiny-gptq" / "acts").glob("*.safetensors"))
     assert len(acts) == 4
+
+
+def test_signal_turned_into_another_error_still_stops_cleanly(src, tmp_path, monkeypatch, capsys):
+    """A stop signal that a library swallows and re-raises as its own error (safetensors
+    mid-read raises ValueError) ends the build like Ctrl-C: exit 130, resume hint."""
+    from tqbuild import cli as tq_cli
+
+    def swallowing_run(*a, **k):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise ValueError("could not determine the shape of object") from None
+
+    r = recipe(tmp_path, src, "s")
+    monkeypatch.chdir(r.parent)
+    monkeypatch.setattr(tq_cli, "run", swallowing_run)
+    monkeypatch.setattr(tq_cli, "_signalled", False)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as stop:
+            tq_cli.main(["r.yaml"])
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    assert stop.value.code == 130
+    assert "resume with: tq-build" in capsys.readouterr().err
+    monkeypatch.setattr(tq_cli, "_signalled", False)
+    monkeypatch.setattr(tq_cli, "run", lambda *a, **k: (_ for _ in ()).throw(ValueError("fault")))
+    with pytest.raises(ValueError, match="fault"):  # without a signal a fault stays a fault
+        tq_cli.main(["r.yaml"])

@@ -139,7 +139,9 @@ def build(
         res = run(prepared, BuildOptions(force=force, rerun_layers=frozenset(layers),
                                          device=device, ignore_disk=ignore_disk),
                   log=_log, events=events, dist=dist)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as e:
+        if not interrupted(e):
+            raise
         if dist.lead:
             typer.echo(f"interrupted: finished layers are checkpointed in the work dir; "
                        f"resume with: {again}", err=True)
@@ -538,6 +540,22 @@ def kv_eval(
     typer.echo(f"wrote {out}/kv_eval.json and kv_eval.png")
 
 
+_signalled = False
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    """Stop like Ctrl-C, and remember it: a library that catches the KeyboardInterrupt
+    and raises its own error instead (safetensors mid-read does) still stops cleanly."""
+    global _signalled
+    _signalled = True
+    raise KeyboardInterrupt
+
+
+def interrupted(e: BaseException) -> bool:
+    """Whether `e` is (or came out of) a stop signal rather than a fault."""
+    return isinstance(e, KeyboardInterrupt) or _signalled
+
+
 def _stop_on_signals() -> None:
     """Every command (build, eval, sensitivity …) stops like Ctrl-C on SIGTERM, and on
     SIGINT even where it came in ignored (a job started in the background, `cmd &`)."""
@@ -547,7 +565,7 @@ def _stop_on_signals() -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may install handlers (an embedding caller)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.default_int_handler)
+        signal.signal(sig, _on_signal)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -566,6 +584,9 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("interrupted", err=True)
         raise SystemExit(130) from None
     except OSError as e:
+        if interrupted(e):
+            typer.echo("interrupted", err=True)
+            raise SystemExit(130) from None
         if e.filename is None:
             raise
         typer.echo(f"error: {str(e.filename)[:200]}: {describe_os_error(e)}\n  fix: check the path "
@@ -579,6 +600,11 @@ def main(argv: list[str] | None = None) -> None:
     except ClickException as e:  # usage errors (typer's vendored click): show, exit 2
         e.show()
         raise SystemExit(e.exit_code) from None
+    except Exception as e:
+        if not interrupted(e):
+            raise
+        typer.echo("interrupted", err=True)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":
