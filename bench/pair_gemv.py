@@ -37,8 +37,9 @@ L_PAIR, L_MUL1, T = 16, 12, 256
 # name: (out_features, in_features, axis)
 SHAPES = {"8192x8192": (8192, 8192, 1), "gate": (17408, 5120, 1), "down": (5120, 17408, 0),
           "q8b": (4096, 4096, 1), "gate8b": (14336, 4096, 1), "down8b": (4096, 14336, 0)}
-ROWS_CFGS = {1: [(2, 1), (2, 2), (4, 1), (4, 2), (4, 4)], 2: [(2, 1), (2, 2)],
-             4: [(1, 1), (1, 2), (2, 1)], 8: [(1, 1)]}
+ROWS_CFGS: dict[int, list[tuple[int, int, int]]] = {}  # M: the library's (rb, wpr, threads)
+for _M, _rb, _wpr, _nth in pair_cuda.ROWS_INSTANCES:
+    ROWS_CFGS.setdefault(_M, []).append((_rb, _wpr, _nth))
 
 
 def main() -> None:
@@ -61,16 +62,20 @@ def main() -> None:
                                                    f"-DTQ_K={k}", f"-DTQ_L={L_PAIR}",
                                                    "-shared", "-Xcompiler", "-fPIC"])
         for M, cfgs in ROWS_CFGS.items():
-            for rb, wpr in cfgs:
-                s = sass_loop(lib, f"pair_rowsILi{M}ELi{rb}ELi{wpr}E", M * rb * 16, "IDP")
+            for rb, wpr, nth in cfgs:  # the loop decodes two periods a trip
+                s = sass_loop(lib, f"pair_rowsILi{M}ELi{rb}ELi{wpr}ELi{nth}E", M * rb * 32, "IDP")
                 if s:
-                    res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr}"] = {
-                        "loop_instructions": s[0], "per_weight": s[0] / (rb * 32), "ops": s[1]}
-        s = sass_loop(lib, "pair_cols", 32, "IDP")
+                    res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr} T{nth}"] = {
+                        "loop_instructions": s[0], "per_weight": s[0] / (rb * 64), "ops": s[1]}
+        d = 4  # TQ_PAIR_COLS_D: inputs a trip
+        s = sass_loop(lib, "_Z9pair_colsP", 32 * d, "IDP")
         if s:
-            res["sass"][f"k{k} cols M1"] = {"loop_instructions": s[0], "per_weight": s[0] / 32,
-                                            "ops": s[1], "note": "includes the predicated "
-                                            "once-a-32-inputs group flush"}
+            flush = s[1].get("I2FP", 0) + s[1].get("FFMA", 0) + s[1].get("CS2R", 0)
+            res["sass"][f"k{k} cols M1"] = {
+                "loop_instructions": s[0], "per_weight": s[0] / (32 * d),
+                "per_weight_without_flush": (s[0] - flush) / (32 * d), "ops": s[1],
+                "note": "the trip holds D copies of the once-a-32-inputs group flush (I2FP, "
+                        "FFMA, CS2R), branched over on the other inputs"}
     print(json.dumps(res["sass"]), flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
     out = HERE / "results" / f"pair_gemv-cuda{a.tag}.json"

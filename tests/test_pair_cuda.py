@@ -32,17 +32,34 @@ def test_available_only_for_the_pair_code_on_cuda():
         assert not pair_cuda.available(x.cuda(), "mul1", 3, 16, 256, 1, 64, 256)
 
 
+def test_rows_instances_match_the_library_source():
+    """The Python list of rows instances is the one the CUDA source compiles."""
+    import re
+
+    from tqbuild.runtime import pair_cuda
+
+    src = pair_cuda.SOURCE.read_text()
+    body = src[src.index("#define TQ_PAIR_ROWS_INSTANCES"):].split("\n\n", 1)[0]
+    found = [tuple(int(v) for v in m) for m in
+             re.findall(r"TQ_PAIR_ROWS\((\d+), (\d+), (\d+), (\d+)\)", body)]
+    assert found == pair_cuda.ROWS_INSTANCES
+    assert all((M, *c) in found for M, c in pair_cuda.ROWS_CFG.items())
+
+
+def _instances():
+    from tqbuild.runtime import pair_cuda
+
+    return [(M, (rb, wpr, nth)) for M, rb, wpr, nth in pair_cuda.ROWS_INSTANCES]
+
+
 @needs_cuda
 @pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
-@pytest.mark.parametrize("M,cfg", [(1, (2, 1)), (1, (2, 2)), (1, (4, 1)), (1, (4, 2)),
-                                   (1, (4, 4)), (2, (2, 1)), (2, (2, 2)), (3, (1, 1)),
-                                   (3, (1, 2)), (4, (1, 1)), (4, (1, 2)), (4, (2, 1)),
-                                   (5, (1, 1)), (8, (1, 1))])
+@pytest.mark.parametrize("M,cfg", _instances())
 def test_rows_kernel_equals_the_reference(k, L, M, cfg):
     from tqbuild.runtime import pair_cuda
 
     g = np.random.default_rng(k * 1000 + L * 10 + M)
-    rows, n, T = 300, 1024, 256
+    rows, n, T = 300, 8192 if M == 8 else 1024, 256  # M = 8 × 8192: the tight layout
     words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
     scales = (g.random(rows) + 0.5).astype(np.float16)
     x = torch.from_numpy(g.standard_normal((M, n)).astype(np.float32)).bfloat16()
@@ -60,7 +77,7 @@ def test_rows_kernel_equals_the_reference(k, L, M, cfg):
 @needs_cuda
 @pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
 @pytest.mark.parametrize("n_in,n_out,T,M", [(512, 1536, 256, 1), (1024, 5120, 256, 2),
-                                            (96, 512, 64, 1)])
+                                            (96, 512, 64, 1), (17408, 5120, 256, 1)])
 def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M):
     from tqbuild.runtime import pair_cuda
 

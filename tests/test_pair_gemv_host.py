@@ -40,13 +40,13 @@ def quantize(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(exe: Path, tmp: Path, k: int, axis: int, words, scales, x, T: int, rb=1, wpr=1,
-        blocks=3):
+        blocks=3, nth=512, gsw=12):
     M = x.shape[0]
     rows, nw = words.shape
     n = nw * 32 // k
     inp, out = tmp / "in.bin", tmp / "out.bin"
     with open(inp, "wb") as f:
-        np.array([axis, M, rows, n, T, rb, wpr, blocks], np.int32).tofile(f)
+        np.array([axis, M, rows, n, T, rb, wpr, blocks, nth, gsw], np.int32).tofile(f)
         words.astype(np.uint32).tofile(f)
         scales.astype(np.float16).view(np.uint16).tofile(f)
         np.asarray(ENTRIES, dtype=np.uint32).tofile(f)
@@ -66,25 +66,32 @@ def _case(k, L, rows, n, T, M, seed):
 
 
 @pytest.mark.parametrize("kl", CASES)
-@pytest.mark.parametrize("M,rb,wpr", [(1, 2, 1), (1, 2, 2), (3, 1, 1), (2, 2, 1)])
-def test_rows_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, M, rb, wpr):
+@pytest.mark.parametrize("M,rb,wpr,nth,gsw", [(1, 2, 1, 512, 12), (1, 2, 2, 512, 8),
+                                              (3, 1, 1, 512, 12), (2, 2, 1, 512, 8),
+                                              (1, 2, 1, 1024, 12), (4, 1, 2, 512, 12)])
+def test_rows_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, M, rb, wpr,
+                                          nth, gsw):
+    """37 rows (a last row group partly filled), 3 blocks of 16 or 32 warps: warps without
+    rows, row groups taken in a second round, both group layouts in shared memory."""
     k, L = kl
     exe = _exe(harnesses, tmp_path_factory, k, L)
     rows, n, T = 37, 512, 256
-    words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 100 + M * 10 + rb + wpr)
+    words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 100 + M * 10 + rb + wpr + gsw)
     q, gs = quantize(x)  # [M, n/32, 32], [M, n/32]
     ref = np.einsum("mgj,rgj->mrg", q, w16.reshape(rows, -1, 32))
     ref = (ref * gs[:, None, :]).sum(-1) * scales.astype(np.float64)[None, :]
-    got = run(exe, tmp_path, k, 1, words, scales, x, T, rb, wpr)
+    got = run(exe, tmp_path, k, 1, words, scales, x, T, rb, wpr, nth=nth, gsw=gsw)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("kl", CASES)
-@pytest.mark.parametrize("n_in,n_out,T,blocks", [(96, 1536, 256, 5), (64, 512, 64, 3)])
+@pytest.mark.parametrize("n_in,n_out,T,blocks,gsw", [(96, 1536, 256, 5, 12), (64, 512, 64, 3, 8),
+                                                     (160, 1024, 256, 2, 12)])
 def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, n_in,
-                                          n_out, T, blocks):
+                                          n_out, T, blocks, gsw):
     """Stored row i = input i; tiles of 32 periods (the last partly filled at 1536 outputs:
-    48 periods), blocks whose unit ranges cross the tile boundary."""
+    48 periods), blocks whose unit ranges cross the tile boundary and start inside a group
+    of inputs; warps walking more inputs than their words ring holds (160 inputs, 2 blocks)."""
     k, L = kl
     exe = _exe(harnesses, tmp_path_factory, k, L)
     g = np.random.default_rng(n_in + k)
@@ -96,5 +103,5 @@ def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path,
     q, gs = quantize(xs)  # [2, n_in/32, 32]
     ref = np.einsum("mgj,gjo->mgo", q, w16.reshape(-1, 32, n_out))
     ref = (ref * gs[:, :, None]).sum(1)
-    got = run(exe, tmp_path, k, 0, words, scales, x, T, blocks=blocks)
+    got = run(exe, tmp_path, k, 0, words, scales, x, T, blocks=blocks, gsw=gsw)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()

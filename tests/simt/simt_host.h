@@ -3,7 +3,8 @@
 // another (so static storage — `TQ_SHARED`, or the harness's array behind an
 // `extern __shared__` — is the block's shared memory). Supplies what the kernels
 // written for it use (runtime/affine_gemv.cu, kernels/viterbi_cuda.cu): CUDA's
-// declaration keywords, threadIdx / blockIdx, __syncthreads, __shfl_down_sync / __shfl_sync,
+// declaration keywords, threadIdx / blockIdx, __syncthreads, __shfl_down_sync / __shfl_sync /
+// __shfl_xor_sync,
 // mma.sync m16n8k16 (bf16 / fp16 → float32, PTX ISA fragment layout), packed fma
 // (rounded once), PRMT, float32 intrinsics rounded as written (build with
 // -ffp-contract=off), vector types, 16-byte loads. Subnormal and overflowing
@@ -144,6 +145,10 @@ inline T __shfl_down_sync(unsigned, T v, int delta) {
 }
 template <typename T>
 inline T __shfl_sync(unsigned, T v, int src) { return warp_exchange(v, src & 31); }
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int o) {
+  return warp_exchange(v, (int)(threadIdx.x & 31) ^ o);
+}
 
 inline float __uint_as_float(uint32_t u) {
   float f;
@@ -164,6 +169,7 @@ inline uint32_t __float_as_uint(float f) {
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline uint4 ld128(const void* p) {
   uint4 v;

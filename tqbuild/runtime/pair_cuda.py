@@ -5,7 +5,7 @@ current stream (CUDA-graph capturable). Where nvcc or the build is missing,
 `available()` is False (warned once) and the pair code's modules run expanded.
 
 Rows (axis 1) for M ≤ 8 where x's int8 copy fits a block's shared memory beside the
-table; cols (axis 0) one input row a launch (M rows: M launches)."""
+table; cols (axis 0) one input row a launch pair (M rows: M pairs)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,15 @@ from .act_int8 import GROUP
 SOURCE = Path(__file__).with_name("pair_gemv.cu")
 MAX_M = 8
 FACTOR = 1.0 / 8192  # the table's int16 unit
-# (rb, wpr) a rows launch uses by M (instances in pair_gemv.cu's tq_pair_rows)
-ROWS_CFG = {1: (4, 1), 2: (2, 1), 3: (1, 1), 4: (1, 1), 5: (1, 1), 6: (1, 1), 7: (1, 1),
-            8: (1, 1)}
+# the rows instances (M, rb, wpr, threads a block) of pair_gemv.cu's TQ_PAIR_ROWS_INSTANCES
+ROWS_INSTANCES = [(1, 2, 1, 512), (1, 2, 2, 512), (1, 4, 1, 512), (1, 4, 2, 512),
+                  (1, 1, 1, 1024), (1, 2, 1, 1024), (1, 2, 2, 1024), (2, 2, 1, 512),
+                  (2, 2, 2, 512), (2, 1, 1, 1024), (3, 1, 1, 512), (3, 1, 2, 512),
+                  (4, 1, 1, 512), (4, 1, 2, 512), (4, 2, 1, 512), (4, 1, 1, 1024),
+                  (5, 1, 1, 512), (6, 1, 1, 512), (7, 1, 1, 512), (8, 1, 1, 512)]
+# (rb, wpr, threads) a rows launch uses by M
+ROWS_CFG = {1: (4, 1, 512), 2: (2, 1, 512), 3: (1, 1, 512), 4: (1, 1, 512), 5: (1, 1, 512),
+            6: (1, 1, 512), 7: (1, 1, 512), 8: (1, 1, 512)}
 
 _libs: dict[tuple[int, int], ctypes.CDLL | None] = {}
 
@@ -37,10 +43,10 @@ def _load(k: int, L: int) -> ctypes.CDLL:
     dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}"])
     P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
     sig: dict[str, tuple[Any, list[Any]]] = {
-        "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 6 + [F, I, P]),
-        "tq_pair_cols": (I, [P, P, P, P, I, P, P, P, P, I, I, I, F, I, P]),
-        "tq_pair_rows_smem": (Z, [I] * 3),
-        "tq_pair_cols_smem": (Z, [])}
+        "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 7 + [F, I, P]),
+        "tq_pair_cols": (I, [P, P, P, P, I, P, P, I, I, I, F, I, P]),
+        "tq_pair_rows_smem": (Z, [I] * 4),
+        "tq_pair_cols_smem": (Z, [I] * 3)}
     for name, (res, args) in sig.items():
         f = getattr(dll, name)
         f.restype, f.argtypes = res, args
@@ -58,6 +64,10 @@ def library(k: int, L: int) -> ctypes.CDLL | None:
                           stacklevel=2)
             _libs[k, L] = None
     return _libs[k, L]
+
+
+def _index(x: torch.Tensor) -> int:
+    return x.device.index if x.device.index is not None else torch.cuda.current_device()
 
 
 @functools.cache
@@ -88,14 +98,17 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     lib = library(k, L)
     if lib is None:
         return False
-    need = lib.tq_pair_rows_smem(M, in_features, ROWS_CFG[M][0]) if axis == 1 \
-        else lib.tq_pair_cols_smem()
+    if axis == 1:
+        rb, _, nth = ROWS_CFG[M]
+        need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
+    else:
+        need = lib.tq_pair_cols_smem(in_features, out_features, _sm_count(_index(x)))
     return need <= trellis_cuda.SMEM_LIMIT
 
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int, T: int,
            L: int, axis: int, out_features: int, in_features: int,
-           cfg: tuple[int, int] | None = None) -> torch.Tensor:
+           cfg: tuple[int, int, int] | None = None) -> torch.Tensor:
     """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] float32; words in
     the plain stored layout (int32), scales fp16 [stored rows]."""
     lib = library(k, L)
@@ -103,26 +116,22 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     x = x.contiguous()
     M = x.shape[0]
     dt = trellis_cuda.DTYPES[x.dtype]
-    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    blocks = _sm_count(dev)
+    blocks = _sm_count(_index(x))
     table = _table(x.device)
     stream = nvcc.stream_of(x)
     out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
     if axis == 1:
-        rb, wpr = cfg or ROWS_CFG[M]
+        rb, wpr, nth = cfg or ROWS_CFG[M]
         rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                               x.data_ptr(), dt, out.data_ptr(), M, out_features, in_features,
-                              T, rb, wpr, FACTOR, blocks, stream)
+                              T, rb, wpr, nth, FACTOR, blocks, stream)
     else:
-        q = torch.empty(in_features, device=x.device, dtype=torch.int8)
-        gs = torch.empty(in_features // GROUP, device=x.device, dtype=torch.float32)
         part = torch.empty(blocks * 2048, device=x.device, dtype=torch.float32)
         rc = 0
         for m in range(M):
             rc = rc or lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
-                                        x[m].data_ptr(), dt, q.data_ptr(), gs.data_ptr(),
-                                        part.data_ptr(), out[m].data_ptr(), in_features,
-                                        out_features, T, FACTOR, blocks, stream)
+                                        x[m].data_ptr(), dt, part.data_ptr(), out[m].data_ptr(),
+                                        in_features, out_features, T, FACTOR, blocks, stream)
     if rc != 0:
         raise RuntimeError(f"pair-code CUDA kernel launch failed (code {rc})")
     return out

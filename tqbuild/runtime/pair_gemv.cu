@@ -18,12 +18,15 @@
 // period's aligned group g of 32, inputs 32g + 30 − 2v and 32g + 31 − 2v, the high or
 // (v odd) low half of the group's int8 word 7 − v/2.
 //
-// `pair_rows` (axis 1): a persistent block quantizes x into shared memory, then warps
-// take row groups of RB rows (WPR warps a group, lanes taking periods). `pair_cols`
-// (axis 0, stored row i = input i, M = 1): x · the stored rows' scales quantized first
-// by `pair_quantize`; lane = a period of output columns (a tile of 32 periods a warp),
-// each warp a contiguous range of (tile, input) units, its sums added in the block in
-// warp order, the blocks' partials by `pair_cols_sum` in block order (deterministic).
+// `pair_rows` (axis 1): a persistent block asks for its first rows' words, fills the
+// table, quantizes x into shared memory (8 inputs a thread, quant8.cuh), then warps take
+// row groups of RB rows (WPR warps a group, lanes taking periods, two periods' words in
+// flight a lane). `pair_cols` (axis 0, stored row i = input i, M = 1): lane = a period
+// of output columns (a tile of 32 periods a warp), each warp a contiguous range of
+// (tile, input) units walked with D inputs' words in flight; the block quantizes the
+// inputs its units meet (x · the stored rows' scales) into shared memory first; the
+// warps' sums are added in the block in warp order, the blocks' partials by
+// `pair_cols_sum` in block order (deterministic).
 #include <cstdint>
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
@@ -33,11 +36,22 @@
 #define TQ_GLOBAL __global__
 #define TQ_BOUNDS(n) __launch_bounds__(n)
 #endif
+#include "quant8.cuh"
 #include "smem_abs.cuh"
 
 #ifndef TQ_K
 #error "define TQ_K and TQ_L"
 #endif
+
+// the pair_rows instances (M, RB, WPR, NTH) the library holds (runtime/pair_cuda.py's ROWS_CFGS)
+#define TQ_PAIR_ROWS_INSTANCES                                                              \
+    TQ_PAIR_ROWS(1, 2, 1, 512) TQ_PAIR_ROWS(1, 2, 2, 512) TQ_PAIR_ROWS(1, 4, 1, 512)        \
+    TQ_PAIR_ROWS(1, 4, 2, 512) TQ_PAIR_ROWS(1, 1, 1, 1024) TQ_PAIR_ROWS(1, 2, 1, 1024)      \
+    TQ_PAIR_ROWS(1, 2, 2, 1024) TQ_PAIR_ROWS(2, 2, 1, 512) TQ_PAIR_ROWS(2, 2, 2, 512)       \
+    TQ_PAIR_ROWS(2, 1, 1, 1024) TQ_PAIR_ROWS(3, 1, 1, 512) TQ_PAIR_ROWS(3, 1, 2, 512)       \
+    TQ_PAIR_ROWS(4, 1, 1, 512) TQ_PAIR_ROWS(4, 1, 2, 512) TQ_PAIR_ROWS(4, 2, 1, 512)        \
+    TQ_PAIR_ROWS(4, 1, 1, 1024) TQ_PAIR_ROWS(5, 1, 1, 512) TQ_PAIR_ROWS(6, 1, 1, 512)       \
+    TQ_PAIR_ROWS(7, 1, 1, 512) TQ_PAIR_ROWS(8, 1, 1, 512)
 
 namespace {
 
@@ -49,34 +63,30 @@ constexpr uint32_t TAB = 0x10000;        // the table's shared address
 constexpr int TAB_OFF = 0x10000 - 0x400;  // its offset in dynamic shared memory (after
                                           // Hopper's 1 KB reserve; checked in the kernel)
 constexpr int TAB_WORDS = 32 << Q;
-constexpr int NT = 512;                   // threads a block
+constexpr int NT = 512;                   // threads a block (pair_rows: NTH, 512 or 1024)
 constexpr int RED_OFF = 0x20000 - 0x400;  // pair_cols: the block's sums, after the table
+constexpr int XQ_OFF = TAB_OFF + TAB_WORDS * 4;  // pair_rows: x quantized, after the table
+// words a quantized group of 32 inputs takes in shared memory: 8 of int8 q, padded to 12
+// where it fits (a warp's two LDS.128 of 32 different groups then hit every bank once)
+constexpr int GSW_PAD = 12, GSW_TIGHT = 8;
+#ifndef TQ_PAIR_COLS_D
+#define TQ_PAIR_COLS_D 4  // pair_cols: inputs' words in flight a lane
+#endif
+constexpr int COLS_D = TQ_PAIR_COLS_D;
 
 #ifdef __CUDACC__
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) { return __dp2a_lo((int)e, (int)x, c); }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return __dp2a_hi((int)e, (int)x, c); }
-TQ_DEV float xload(const void* x, int dt, size_t i) {
-    if (dt == 1) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(x)[i]);
-    if (dt == 2) return __half2float(reinterpret_cast<const __half*>(x)[i]);
-    return reinterpret_cast<const float*>(x)[i];
-}
 TQ_DEV float half_of(const uint16_t* s, int i) {
     return __half2float(__ushort_as_half(__ldg(s + i)));
 }
-TQ_DEV float shfl_xor(float v, int o) { return __shfl_xor_sync(0xFFFFFFFFu, v, o); }
 #else
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) {
     return c + (int16_t)(e & 0xFFFF) * (int8_t)(x & 0xFF) +
            (int16_t)(e >> 16) * (int8_t)((x >> 8) & 0xFF);
 }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return dp2a_lo(e, x >> 16, c); }
-TQ_DEV float xload(const void* x, int dt, size_t i) {
-    if (dt == 0) return reinterpret_cast<const float*>(x)[i];
-    const uint16_t h = reinterpret_cast<const uint16_t*>(x)[i];
-    return dt == 1 ? simt::bf16_float(h) : simt::f16_float(h);
-}
 TQ_DEV float half_of(const uint16_t* s, int i) { return simt::f16_float(s[i]); }
-TQ_DEV float shfl_xor(float v, int o) { return warp_exchange(v, (int)(threadIdx.x & 31) ^ o); }
 TQ_DEV uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, int sh) {
     return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh & 31));
 }
@@ -103,119 +113,174 @@ TQ_DEV int group_of(int p, int ppb) {
     return (p - pb) + (ppb - 1 - pb);
 }
 
-// the table into shared memory at TAB, each entry 32 times (one a lane)
+// the table into shared memory at TAB, each entry 32 times (one a lane): four copies a
+// 16-byte store, every load of a thread issued at once
+template <int NTH>
 TQ_DEV void load_table(const uint32_t* table, char* base) {
-    uint32_t* tab = reinterpret_cast<uint32_t*>(base + TAB_OFF);
-    for (int i = threadIdx.x; i < TAB_WORDS; i += NT) tab[i] = __ldg(table + (i >> 5));
+    constexpr int N4 = TAB_WORDS / 4;
+    static_assert(N4 % NTH == 0, "whole trips");
+    uint4* tab = reinterpret_cast<uint4*>(base + TAB_OFF);
+    uint32_t v[N4 / NTH];
+#pragma unroll
+    for (int j = 0; j < N4 / NTH; ++j) v[j] = __ldg(table + ((j * NTH + (int)threadIdx.x) >> 3));
+#pragma unroll
+    for (int j = 0; j < N4 / NTH; ++j) tab[j * NTH + threadIdx.x] = make_uint4(v[j], v[j], v[j], v[j]);
 }
 
-// the int8 quantization of 32 inputs v (lane = input) over a warp: q, and the scale
-TQ_DEV int quant_lane(float v, float& scale) {
-    float a = fabsf(v);
-    for (int o = 16; o; o >>= 1) a = fmaxf(a, shfl_xor(a, o));
-    const bool ok = a > 0.f && a == a && a <= 3.4e38f;
-    const float inv = ok ? 127.f / a : 0.f;
-    scale = ok ? a / 127.f : (a == a ? 0.f : __int_as_float(0x7FC00000));
-    return ok ? max(-127, min(127, (int)rintf(v * inv))) : 0;
+// Slots s of groups of 32 inputs, quantized into shared memory: for input row m = s / ns,
+// slot j = s % ns holds group ga + j (j < na) or j − na (the cols kernel's second tile,
+// from input 0); its int8 q at xq + s·gsw (8 words, input 4i + b in byte b of word i), its
+// scale at gs[s]. rs: the inputs times their stored rows' fp16 scales first (cols).
+// 8 inputs a thread, whole warps a trip (quant8's shuffles).
+TQ_DEV void quantize_slots(const void* x, int dt, int M, int n, int ga, int na, int ns,
+                           const uint16_t* rs, uint32_t* xq, int gsw, float* gs, int nth) {
+    const int chunks = 4 * M * ns;
+    for (int c0 = 0; c0 < chunks; c0 += nth) {
+        const int c = c0 + (int)threadIdx.x;
+        const bool in = c < chunks;
+        const int s = in ? c >> 2 : 0, m = s / ns, j = s - m * ns;
+        const int i0 = 32 * (j < na ? ga + j : j - na) + 8 * (c & 3);
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (in) load8(x, dt, (size_t)m * n + i0, v);
+        if (in && rs) {
+#pragma unroll
+            for (int b = 0; b < 8; ++b) v[b] = __fmul_rn(v[b], half_of(rs, i0 + b));
+        }
+        int q[8];
+        float scale;
+        int unused;
+        quant8(v, q, scale, unused);
+        if (!in) continue;
+        *reinterpret_cast<uint2*>(xq + s * gsw + 2 * (c & 3)) = pack8(q);
+        if ((c & 3) == 0) gs[s] = scale;
+    }
+}
+
+// a group's 8 words of int8 q from shared memory (two 16-byte loads)
+TQ_DEV void group_words(const uint32_t* src, uint32_t (&xw)[8]) {
+    const uint4 a = reinterpret_cast<const uint4*>(src)[0], b = reinterpret_cast<const uint4*>(src)[1];
+    xw[0] = a.x; xw[1] = a.y; xw[2] = a.z; xw[3] = a.w;
+    xw[4] = b.x; xw[5] = b.y; xw[6] = b.z; xw[7] = b.w;
+}
+
+// one period of RB rows (words w) against the group it meets: facc += its scale · Σ
+template <int M, int RB>
+TQ_DEV void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb, int ng, int gsw,
+                        const uint32_t* xq, const float* gs, uint32_t lane4,
+                        float (&facc)[RB][M]) {
+    const int g = group_of(p, ppb);
+    uint32_t xw[M][8];
+#pragma unroll
+    for (int m = 0; m < M; ++m) group_words(xq + (m * ng + g) * gsw, xw[m]);
+    int acc[RB][M];
+#pragma unroll
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[r][m] = 0;
+#pragma unroll
+    for (int v = 0; v < 16; ++v) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            const uint32_t e = lds_abs(((window(w[r], v) * HMUL) & AMASK) | lane4);
+#pragma unroll
+            for (int m = 0; m < M; ++m)
+                acc[r][m] = (v & 1) ? dp2a_lo(e, xw[m][7 - (v >> 1)], acc[r][m])
+                                    : dp2a_hi(e, xw[m][7 - (v >> 1)], acc[r][m]);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        const float gm = gs[m * ng + g];
+#pragma unroll
+        for (int r = 0; r < RB; ++r) facc[r][m] = fmaf(gm, (float)acc[r][m], facc[r][m]);
+    }
+}
+
+// a slot reloaded with period p of the rows (if any)
+template <int RB>
+TQ_DEV void reload(uint32_t (&slot)[RB][K + 1], const uint32_t* const (&wrow)[RB], int p, int ng,
+                   int ppb) {
+    if (p < ng) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) load_words(wrow[r], p, ppb, slot[r]);
+    }
 }
 
 }  // namespace
 
-// x [M, n] (dtype 0 f32, 1 bf16, 2 f16) -> out [M, rows] float32 (· row scale · factor)
-template <int M, int RB, int WPR>
-TQ_GLOBAL void TQ_BOUNDS(NT) pair_rows(const uint32_t* __restrict__ words,
-                                       const uint16_t* __restrict__ scales,
-                                       const uint32_t* __restrict__ table, const void* x, int dt,
-                                       float* __restrict__ out, int rows, int n, int ppb,
-                                       float factor, int nblocks) {
+// x [M, n] (dtype 0 f32, 1 bf16, 2 f16) -> out [M, rows] float32 (· row scale · factor);
+// gsw: GSW_PAD or GSW_TIGHT (what fits)
+template <int M, int RB, int WPR, int NTH>
+TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
+                                        const uint16_t* __restrict__ scales,
+                                        const uint32_t* __restrict__ table, const void* x, int dt,
+                                        float* __restrict__ out, int rows, int n, int ppb, int gsw,
+                                        float factor, int nblocks) {
     TQ_DYN_SMEM;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int ng = n >> 5;
-    uint32_t* xq = reinterpret_cast<uint32_t*>(smem + TAB_OFF + TAB_WORDS * 4);  // [M][n/4]
-    float* gs = reinterpret_cast<float*>(xq + M * (n >> 2));                     // [M][n/32]
-    float* red = gs + M * ng;                                                    // [warps][RB·M]
-    load_table(table, smem);
-    for (int gi = warp; gi < M * ng; gi += NT / 32) {  // a warp a group: lane = input
-        const int m = gi / ng, g = gi - m * ng;
-        float s;
-        const int q = quant_lane(xload(x, dt, (size_t)m * n + 32 * g + lane), s);
-        reinterpret_cast<int8_t*>(xq)[(size_t)m * n + 32 * g + lane] = (int8_t)q;
-        if (lane == 0) gs[m * ng + g] = s;
-    }
+    const int ng = n >> 5, nw = ng * K;
+    uint32_t* xq = reinterpret_cast<uint32_t*>(smem + XQ_OFF);  // [M][ng][gsw]
+    float* gs = reinterpret_cast<float*>(xq + M * ng * gsw);    // [M][ng]
+    float* red = gs + M * ng;                                   // [warps][RB·M]
+    constexpr int RGB = NTH / 32 / WPR;  // row groups a block
+    const int rg = warp / WPR, wr = warp - rg * WPR, S = WPR * 32, p0 = wr * 32 + lane;
+    const int nrg = (rows + RB - 1) / RB, b_first = blockIdx.x * RGB;
+    // two periods' words in flight a lane (slots wa, wb), each reloaded once decoded;
+    // the first row group's asked for before the table and x are ready
+    const uint32_t* wrow[RB];
+    uint32_t wa[RB][K + 1], wb[RB][K + 1];
+    auto start = [&](int r0) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            wrow[r] = words + (size_t)min(r0 + r, rows - 1) * nw;
+            if (p0 < ng) load_words(wrow[r], p0, ppb, wa[r]);
+            if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
+        }
+    };
+    start((b_first + rg) * RB);
+    load_table<NTH>(table, smem);
+    quantize_slots(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     if (tb != TAB) {  // the layout's premise (dynamic shared memory at 0x400) does not hold
-        for (int i = blockIdx.x * NT + threadIdx.x; i < M * rows; i += nblocks * NT)
+        for (int i = blockIdx.x * NTH + threadIdx.x; i < M * rows; i += nblocks * NTH)
             out[i] = __int_as_float(0x7FC00000);
         return;
     }
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
-    constexpr int RGB = NT / 32 / WPR;  // row groups a block
-    const int rg = warp / WPR, wr = warp - rg * WPR, S = WPR * 32;
-    const int nrg = (rows + RB - 1) / RB;
-    for (int b0 = blockIdx.x * RGB; b0 < nrg; b0 += nblocks * RGB) {
+    for (int b0 = b_first; b0 < nrg; b0 += nblocks * RGB) {
+        if (WPR == 1 && b0 + rg >= nrg) break;  // a warp owns its rows: no block-wide step
         const int r0 = (b0 + rg) * RB;
-        const uint32_t* wrow[RB];
-#pragma unroll
-        for (int r = 0; r < RB; ++r) wrow[r] = words + (size_t)min(r0 + r, rows - 1) * (ng * K);
+        if (b0 != b_first) start(r0);
         float facc[RB][M];
 #pragma unroll
         for (int r = 0; r < RB; ++r)
 #pragma unroll
             for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
-        uint32_t nw[RB][K + 1];
-        int p = wr * 32 + lane;
-        if (p < ng) {
-#pragma unroll
-            for (int r = 0; r < RB; ++r) load_words(wrow[r], p, ppb, nw[r]);
-        }
-        for (; p < ng; p += S) {
-            uint32_t w[RB][K + 1];
-#pragma unroll
-            for (int r = 0; r < RB; ++r)
-#pragma unroll
-                for (int j = 0; j <= K; ++j) w[r][j] = nw[r][j];
-            if (p + S < ng) {
-#pragma unroll
-                for (int r = 0; r < RB; ++r) load_words(wrow[r], p + S, ppb, nw[r]);
-            }
-            const int g = group_of(p, ppb);
-            uint32_t xw[M][8];
-#pragma unroll
-            for (int m = 0; m < M; ++m)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) xw[m][j] = xq[m * (n >> 2) + 8 * g + j];
-            int acc[RB][M];
-#pragma unroll
-            for (int r = 0; r < RB; ++r)
-#pragma unroll
-                for (int m = 0; m < M; ++m) acc[r][m] = 0;
-#pragma unroll
-            for (int v = 0; v < 16; ++v) {
-#pragma unroll
-                for (int r = 0; r < RB; ++r) {
-                    const uint32_t e = lds_abs(((window(w[r], v) * HMUL) & AMASK) | lane4);
-#pragma unroll
-                    for (int m = 0; m < M; ++m)
-                        acc[r][m] = (v & 1) ? dp2a_lo(e, xw[m][7 - (v >> 1)], acc[r][m])
-                                            : dp2a_hi(e, xw[m][7 - (v >> 1)], acc[r][m]);
-                }
-            }
-#pragma unroll
-            for (int m = 0; m < M; ++m) {
-                const float gm = gs[m * ng + g];
-#pragma unroll
-                for (int r = 0; r < RB; ++r) facc[r][m] = fmaf(gm, (float)acc[r][m], facc[r][m]);
-            }
+        for (int p = p0; p < ng; p += 2 * S) {  // a slot is reloaded once decoded
+            rows_period<M, RB>(wa, p, ppb, ng, gsw, xq, gs, lane4, facc);
+            reload<RB>(wa, wrow, p + 2 * S, ng, ppb);
+            if (p + S >= ng) break;
+            rows_period<M, RB>(wb, p + S, ppb, ng, gsw, xq, gs, lane4, facc);
+            reload<RB>(wb, wrow, p + 3 * S, ng, ppb);
         }
 #pragma unroll
         for (int r = 0; r < RB; ++r)
 #pragma unroll
             for (int m = 0; m < M; ++m) {
                 float v = facc[r][m];
-                for (int o = 16; o; o >>= 1) v += shfl_xor(v, o);
+                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
                 facc[r][m] = v;
             }
+        if (WPR == 1) {  // lane e writes sum e = (row r, input row m)
+#pragma unroll
+            for (int e = 0; e < RB * M; ++e) {
+                const int r = e / M, m = e - r * M, row = r0 + r;
+                if (lane == e % 32 && row < rows)
+                    out[(size_t)m * rows + row] = facc[r][m] * half_of(scales, row) * factor;
+            }
+            continue;
+        }
         if (lane == 0) {
 #pragma unroll
             for (int r = 0; r < RB; ++r)
@@ -223,7 +288,7 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_rows(const uint32_t* __restrict__ words,
                 for (int m = 0; m < M; ++m) red[warp * RB * M + r * M + m] = facc[r][m];
         }
         __syncthreads();
-        for (int t = threadIdx.x; t < RGB * RB * M; t += NT) {
+        for (int t = threadIdx.x; t < RGB * RB * M; t += NTH) {
             const int g2 = t / (RB * M), e = t - g2 * RB * M, r = e / M, m = e - r * M;
             const int row = (b0 + g2) * RB + r;
             float v = 0.f;
@@ -234,79 +299,116 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_rows(const uint32_t* __restrict__ words,
     }
 }
 
-// cols, step 1: x [n_in] · the stored rows' scales -> int8 q (one byte an input) and a
-// scale a group of 32 (a warp a group)
-TQ_GLOBAL void TQ_BOUNDS(NT) pair_quantize(const void* x, int dt,
-                                           const uint16_t* __restrict__ scales, int n,
-                                           int8_t* __restrict__ q, float* __restrict__ gs) {
-    const int lane = threadIdx.x & 31;
-    const int g = (blockIdx.x * NT + threadIdx.x) >> 5;
-    if (32 * g >= n) return;  // whole warps (n is a multiple of 32)
-    float s;
-    const int i = 32 * g + lane;
-    q[i] = (int8_t)quant_lane(xload(x, dt, i) * half_of(scales, i), s);
-    if (lane == 0) gs[g] = s;
+// cols: the (tile, input) units u = tile·n_in + i (tile-major) of block b,
+// [U·b/G, U·(b+1)/G), lie in at most two tiles (the recipe keeps n_in ≥ U/G): inputs
+// [ia, ia + na) of tile `first`, then inputs [0, nb) of the next
+struct ColsSplit {
+    int first, ia, na, nb;
+};
+TQ_DEV ColsSplit cols_split(int b, int nblocks, int n_in, int tiles) {
+    const int64_t U = (int64_t)tiles * n_in;
+    const int64_t lo = U * b / nblocks, hi = U * (b + 1) / nblocks;
+    const int first = (int)(lo / n_in);
+    const int64_t cut = hi < (int64_t)(first + 1) * n_in ? hi : (int64_t)(first + 1) * n_in;
+    return {first, (int)(lo - (int64_t)first * n_in), (int)(cut - lo), (int)(hi - cut)};
 }
 
-// cols, step 2: units u = tile·n_in + i (tile-major), block b takes [U·b/G, U·(b+1)/G)
-// (at most two tiles: the recipe keeps n_in ≥ U/G); its warps split it, those of each
-// tile equal shares in order, so a warp's lanes hold one tile's 32 periods (p = 32·tile
-// + lane) of stored rows i. part [G][2][1024]: the block's sums of its first tile and
-// the next, its warps' added in warp order.
+// the shared-memory slots of groups of 32 inputs a cols block quantizes (quantize_slots):
+// tile `first`'s groups from ia's, then the next tile's from input 0
+struct ColsSlots {
+    int ga, sa, sb;
+};
+TQ_DEV ColsSlots cols_slots(const ColsSplit& c) {
+    const int ga = c.ia >> 5;
+    return {ga, c.na ? ((c.ia + c.na + 31) >> 5) - ga : 0, (c.nb + 31) >> 5};
+}
+
+// cols: x [n_in] -> part [G][2][1024], the block's sums of its first tile and the next,
+// its warps' added in warp order; gsw as pair_rows'
 TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
-                                       const uint32_t* __restrict__ table,
-                                       const int8_t* __restrict__ q,
-                                       const float* __restrict__ gs, float* __restrict__ part,
-                                       int n_in, int nperiods, int ppb, int nblocks) {
+                                       const uint16_t* __restrict__ scales,
+                                       const uint32_t* __restrict__ table, const void* x, int dt,
+                                       float* __restrict__ part, int n_in, int nperiods, int ppb,
+                                       int gsw, int nblocks) {
     TQ_DYN_SMEM;
     constexpr int W = NT / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* red = reinterpret_cast<float*>(smem + RED_OFF);  // [W][1024]
-    load_table(table, smem);
+    uint32_t* xq = reinterpret_cast<uint32_t*>(red + W * 1024);  // [slots][gsw]
+    const int tiles = (nperiods + 31) / 32;
+    const ColsSplit c = cols_split(blockIdx.x, nblocks, n_in, tiles);
+    const ColsSlots sl = cols_slots(c);
+    float* gs = reinterpret_cast<float*>(xq + (sl.sa + sl.sb) * gsw);
+    // warps of the first tile: shares of the units in proportion, at least one a part
+    const int na = c.na, nb = c.nb;
+    int wa = na == 0 ? 0 : nb == 0 ? W : (W * na + (na + nb) / 2) / (na + nb);
+    wa = na > 0 && wa == 0 ? 1 : nb > 0 && wa == W ? W - 1 : wa;
+    const bool first = warp < wa;
+    const int ws = first ? warp : warp - wa, wn = first ? wa : W - wa, sn = first ? na : nb;
+    const int i0 = (first ? c.ia : 0) + (int)((int64_t)sn * ws / wn);
+    const int i1 = (first ? c.ia : 0) + (int)((int64_t)sn * (ws + 1) / wn);
+    const int tile = c.first + (first ? 0 : 1);
+    // the slot of input i's group: i / 32 − ga (first tile), sa + i / 32 (the next)
+    const int slot0 = first ? -sl.ga : sl.sa;
+    const int p = min(32 * tile + lane, nperiods - 1);
+    const size_t nw = (size_t)nperiods * K;
+    // period p's words of input i0's row and its next period's first word, walked a row
+    // an input; D inputs' words in flight, asked for before the table and x are ready
+    const int pb = p & (ppb - 1);
+    const uint32_t* pf = words + (size_t)i0 * nw + K * p;
+    const uint32_t* pn = pf + (pb == ppb - 1 ? K * (1 - ppb) : K);
+    uint32_t ring[COLS_D][K + 1];
+#pragma unroll
+    for (int d = 0; d < COLS_D; ++d) {
+        if (i0 + d < i1) {
+#pragma unroll
+            for (int j = 0; j < K; ++j) ring[d][j] = __ldg(pf + j);
+            ring[d][K] = __ldg(pn);
+        }
+        pf += nw;
+        pn += nw;
+    }
+    load_table<NT>(table, smem);
+    quantize_slots(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs, NT);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
-    const int tiles = (nperiods + 31) / 32;
-    const int64_t U = (int64_t)tiles * n_in;
-    const int64_t b_lo = U * blockIdx.x / nblocks, b_hi = U * (blockIdx.x + 1) / nblocks;
-    const int t_first = (int)(b_lo / n_in);
-    const int64_t cut = b_hi < (int64_t)(t_first + 1) * n_in ? b_hi : (int64_t)(t_first + 1) * n_in;
-    const int64_t na = cut - b_lo, nb = b_hi - cut;  // units of the first tile, the next
-    int wa = na == 0 ? 0 : nb == 0 ? W : (int)((W * na + (na + nb) / 2) / (na + nb));
-    wa = na > 0 && wa == 0 ? 1 : nb > 0 && wa == W ? W - 1 : wa;  // warps of the first tile
-    const bool first = warp < wa;
-    const int ws = first ? warp : warp - wa, wn = first ? wa : W - wa;
-    const int64_t s_lo = first ? b_lo : cut, s_n = first ? na : nb;
-    const int64_t lo = s_lo + s_n * ws / wn, hi = s_lo + s_n * (ws + 1) / wn;
-    const int tile = t_first + (first ? 0 : 1);
-    const int p = min(32 * tile + lane, nperiods - 1);
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
-    const size_t nw = (size_t)nperiods * K;
+    // input i's int8 q: byte i % 32 of its group's slot; the slot's scale
+    const int s0 = (first ? -sl.ga : sl.sa) + (i0 >> 5);
+    const unsigned char* xb = reinterpret_cast<const unsigned char*>(xq + s0 * gsw) + (i0 & 31);
+    const float* gsp = gs + s0;
     float facc[32];
     int acc[32];
 #pragma unroll
     for (int o = 0; o < 32; ++o) { facc[o] = 0.f; acc[o] = 0; }
-    if (tb == TAB && lo < hi) {
-        const int i0 = (int)(lo - (int64_t)tile * n_in), i1 = (int)(hi - (int64_t)tile * n_in);
-        uint32_t nxt[K + 1];
-        load_words(words + (size_t)i0 * nw, p, ppb, nxt);
-        for (int i = i0; i < i1; ++i) {
-            uint32_t w[K + 1];
+    if (tb == TAB) {
+        for (int i = i0; i < i1; i += COLS_D) {
 #pragma unroll
-            for (int j = 0; j <= K; ++j) w[j] = nxt[j];
-            if (i + 1 < i1) load_words(words + (size_t)(i + 1) * nw, p, ppb, nxt);
-            const uint32_t xl = (uint32_t)__ldg(q + i) & 0xFFu, xh = xl << 8;
+            for (int d = 0; d < COLS_D; ++d) {
+                const int ii = i + d;
+                if (ii >= i1) break;
+                const uint32_t xl = *xb++, xh = xl << 8;
 #pragma unroll
-            for (int v = 0; v < 16; ++v) {
-                const uint32_t e = lds_abs(((window(w, v) * HMUL) & AMASK) | lane4);
-                acc[30 - 2 * v] = dp2a_lo(e, xl, acc[30 - 2 * v]);
-                acc[31 - 2 * v] = dp2a_lo(e, xh, acc[31 - 2 * v]);
-            }
-            if (((i + 1) & 31) == 0 || i + 1 == i1) {  // the end of a group of inputs
-                const float s = __ldg(gs + (i >> 5));
+                for (int v = 0; v < 16; ++v) {
+                    const uint32_t e = lds_abs(((window(ring[d], v) * HMUL) & AMASK) | lane4);
+                    acc[30 - 2 * v] = dp2a_lo(e, xl, acc[30 - 2 * v]);
+                    acc[31 - 2 * v] = dp2a_lo(e, xh, acc[31 - 2 * v]);
+                }
+                if (ii + COLS_D < i1) {  // the slot, once decoded, takes input ii + D
 #pragma unroll
-                for (int o = 0; o < 32; ++o) {
-                    facc[o] = fmaf(s, (float)acc[o], facc[o]);
-                    acc[o] = 0;
+                    for (int j = 0; j < K; ++j) ring[d][j] = __ldg(pf + j);
+                    ring[d][K] = __ldg(pn);
+                }
+                pf += nw;
+                pn += nw;
+                if (((ii + 1) & 31) == 0 || ii + 1 == i1) {  // the end of a group of inputs
+                    const float sc = *gsp++;
+                    xb += 4 * gsw - 32;
+#pragma unroll
+                    for (int o = 0; o < 32; ++o) {
+                        facc[o] = fmaf(sc, (float)acc[o], facc[o]);
+                        acc[o] = 0;
+                    }
                 }
             }
         }
@@ -322,7 +424,7 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
     }
 }
 
-// cols, step 3: out [n_out] = Σ over blocks, in block order, of their sums of the
+// cols, step 2: out [n_out] = Σ over blocks, in block order, of their sums of the
 // output's tile, × factor
 TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols_sum(const float* __restrict__ part,
                                            float* __restrict__ out, int n_in, int nperiods,
@@ -343,36 +445,62 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols_sum(const float* __restrict__ part,
     out[32 * group_of(p, ppb) + o] = v * factor;
 }
 
+// dynamic shared memory of a rows launch: the table, x quantized, the warps' sums
+inline size_t rows_smem(int M, int n, int rb, int nth, int gsw) {
+    return (size_t)XQ_OFF + (size_t)M * (n / 32) * (gsw + 1) * 4 + (size_t)(nth / 32) * rb * M * 4;
+}
+// of a cols launch of G blocks: the table, the warps' sums, the slots a block quantizes
+inline size_t cols_smem(int n_in, int n_out, int nblocks, int gsw) {
+    const int64_t units = (int64_t)((n_out / 32 + 31) / 32) * n_in;
+    const int64_t per = (units + nblocks - 1) / nblocks;
+    return (size_t)RED_OFF + (size_t)(NT / 32) * 1024 * 4 + (size_t)(per / 32 + 3) * (gsw + 1) * 4;
+}
+
 #ifdef __CUDACC__
 namespace {
-size_t rows_smem(int M, int n, int rb) {
-    return (size_t)TAB_OFF + TAB_WORDS * 4 + (size_t)M * n + (size_t)M * (n / 32) * 4 +
-           (size_t)(NT / 32) * rb * M * 4;
+// the padded group layout where it fits the device, else the tight one (0: neither)
+template <typename F>
+int pick_gsw(F need) {
+    static int limit = 0;
+    if (!limit) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    }
+    return need(GSW_PAD) <= (size_t)limit ? GSW_PAD : need(GSW_TIGHT) <= (size_t)limit ? GSW_TIGHT : 0;
 }
-constexpr size_t COLS_SMEM = (size_t)RED_OFF + (NT / 32) * 1024 * 4;
 
-template <int M, int RB, int WPR>
+template <typename K_>
+cudaError_t allow_smem(K_ kern, size_t smem) {
+    return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+template <int M, int RB, int WPR, int NTH>
 int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const void* x, int dt,
                 float* out, int rows, int n, int ppb, float factor, int nblocks, cudaStream_t st) {
-    const size_t smem = rows_smem(M, n, RB);
-    auto kern = pair_rows<M, RB, WPR>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)smem);
+    const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g); });
+    if (!gsw) return -2;
+    const size_t smem = rows_smem(M, n, RB, NTH, gsw);
+    auto kern = pair_rows<M, RB, WPR, NTH>;
+    const cudaError_t e = allow_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
-    kern<<<nblocks, NT, smem, st>>>(w, s, t, x, dt, out, rows, n, ppb, factor, nblocks);
+    kern<<<nblocks, NTH, smem, st>>>(w, s, t, x, dt, out, rows, n, ppb, gsw, factor, nblocks);
     return (int)cudaGetLastError();
 }
 }  // namespace
 
 extern "C" {
 
-// the dynamic shared memory a rows launch needs (the caller checks it fits the device)
-size_t tq_pair_rows_smem(int M, int n, int rb) { return rows_smem(M, n, rb); }
-size_t tq_pair_cols_smem() { return COLS_SMEM; }
+// the dynamic shared memory a launch needs at least (the tight layout; the caller checks
+// it fits the device)
+size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
+size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks) {
+    return cols_smem(n_in, n_out, nblocks, GSW_TIGHT);
+}
 
-// rows (axis 1): x [M, n] -> out [M, rows] float32; (M, rb, wpr) one of the instances
+// rows (axis 1): x [M, n] -> out [M, rows] float32; (M, rb, wpr, nth) one of the instances
 int tq_pair_rows(const void* words, const void* scales, const void* table, const void* x, int dt,
-                 void* out, int M, int rows, int n, int T, int rb, int wpr, float factor,
+                 void* out, int M, int rows, int n, int T, int rb, int wpr, int nth, float factor,
                  int nblocks, void* stream) {
     auto W = (const uint32_t*)words;
     auto S = (const uint16_t*)scales;
@@ -380,33 +508,29 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
     auto O = (float*)out;
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32;
-#define TQ_PAIR_ROWS(m, r, p)                                                              \
-    if (M == m && rb == r && wpr == p)                                                     \
-        return rows_launch<m, r, p>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, st);
-    TQ_PAIR_ROWS(1, 2, 1) TQ_PAIR_ROWS(1, 2, 2) TQ_PAIR_ROWS(1, 4, 1) TQ_PAIR_ROWS(1, 4, 2)
-    TQ_PAIR_ROWS(1, 4, 4) TQ_PAIR_ROWS(2, 2, 1) TQ_PAIR_ROWS(2, 2, 2) TQ_PAIR_ROWS(3, 1, 1)
-    TQ_PAIR_ROWS(3, 1, 2) TQ_PAIR_ROWS(4, 1, 1) TQ_PAIR_ROWS(4, 1, 2) TQ_PAIR_ROWS(4, 2, 1)
-    TQ_PAIR_ROWS(5, 1, 1) TQ_PAIR_ROWS(6, 1, 1) TQ_PAIR_ROWS(7, 1, 1) TQ_PAIR_ROWS(8, 1, 1)
+#define TQ_PAIR_ROWS(m, r, p, t)                                                          \
+    if (M == m && rb == r && wpr == p && nth == t)                                        \
+        return rows_launch<m, r, p, t>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, st);
+    TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS
     return -1;
 }
 
 // cols (axis 0), one input row: x [n_in] -> out [n_out] float32 (words [n_in, nw] with
-// nw = n_out·k/32); q (n_in bytes), gs (n_in/32 floats) and part (nblocks·2048 floats)
-// are the caller's scratch
+// nw = n_out·k/32); part (nblocks·2048 floats) is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
-                 void* q, void* gs, void* part, void* out, int n_in, int n_out, int T,
-                 float factor, int nblocks, void* stream) {
+                 void* part, void* out, int n_in, int n_out, int T, float factor, int nblocks,
+                 void* stream) {
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
-    cudaError_t e = cudaFuncSetAttribute(pair_cols, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)COLS_SMEM);
+    const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g); });
+    if (!gsw) return -2;
+    const size_t smem = cols_smem(n_in, n_out, nblocks, gsw);
+    const cudaError_t e = allow_smem(pair_cols, smem);
     if (e != cudaSuccess) return (int)e;
-    pair_quantize<<<(n_in + NT - 1) / NT, NT, 0, st>>>(x, dt, (const uint16_t*)scales, n_in,
-                                                        (int8_t*)q, (float*)gs);
-    pair_cols<<<nblocks, NT, COLS_SMEM, st>>>((const uint32_t*)words, (const uint32_t*)table,
-                                              (const int8_t*)q, (const float*)gs, (float*)part,
-                                              n_in, nperiods, ppb, nblocks);
+    pair_cols<<<nblocks, NT, smem, st>>>((const uint32_t*)words, (const uint16_t*)scales,
+                                         (const uint32_t*)table, x, dt, (float*)part, n_in,
+                                         nperiods, ppb, gsw, nblocks);
     const int tiles = (nperiods + 31) / 32;
     pair_cols_sum<<<(tiles * 1024 + NT - 1) / NT, NT, 0, st>>>((const float*)part, (float*)out,
                                                              n_in, nperiods, ppb, factor, nblocks);
