@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ _libs: dict[tuple[int, int], ctypes.CDLL | None] = {}
 
 
 def _load(k: int, L: int) -> ctypes.CDLL:
-    dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}"])
+    extra = os.environ.get("TQBUILD_PAIR_FLAGS", "").split()  # benchmark sweeps only
+    dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}", *extra])
     P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
     sig: dict[str, tuple[Any, list[Any]]] = {
         "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 7 + [F, I, P]),
