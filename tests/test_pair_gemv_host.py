@@ -85,6 +85,24 @@ def test_rows_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path,
 
 
 @pytest.mark.parametrize("kl", CASES)
+@pytest.mark.parametrize("M,rb,nth", [(1, 4, 512), (2, 2, 512), (1, 2, 1024)])
+def test_rows_warps_walk_chunks_then_single_rows(harnesses, tmp_path_factory, tmp_path, kl, M,
+                                                 rb, nth):
+    """Warps owning 9–10 rows (chunks of RB rows, then the rest one at a time), 48
+    periods a row (a lane's second period idle on half the lanes): the two word slots
+    run across the ends of rows."""
+    k, L = kl
+    exe = _exe(harnesses, tmp_path_factory, k, L)
+    rows, n, T = 301 if nth == 512 else 617, 1536, 256
+    words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 7 + M + rb)
+    q, gs = quantize(x)
+    ref = np.einsum("mgj,rgj->mrg", q, w16.reshape(rows, -1, 32))
+    ref = (ref * gs[:, None, :]).sum(-1) * scales.astype(np.float64)[None, :]
+    got = run(exe, tmp_path, k, 1, words, scales, x, T, rb, 1, blocks=2, nth=nth)
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("kl", CASES)
 @pytest.mark.parametrize("n_in,n_out,T,blocks,gsw", [(96, 1536, 256, 5, 12), (64, 512, 64, 3, 8),
                                                      (160, 1024, 256, 2, 12)])
 def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, n_in,

@@ -163,11 +163,40 @@ TQ_DEV void group_words(const uint32_t* src, uint32_t (&xw)[8]) {
     xw[4] = b.x; xw[5] = b.y; xw[6] = b.z; xw[7] = b.w;
 }
 
+// V values (V ≤ 32) summed over a warp's lanes with log2(V') shuffles halving the values
+// (V' the power of two ≥ V, the rest zero), then 5 − log2(V') on the one left: returns
+// the sum of value `idx`, which lane takes (idx ≥ V: a padding value's)
+__host__ __device__ constexpr int pow2_ceil(int v) { return v <= 1 ? 1 : 2 * pow2_ceil((v + 1) / 2); }
+template <int V>
+TQ_DEV float warp_sums(const float (&v)[V], int lane, int& idx) {
+    constexpr int P = pow2_ceil(V);
+    static_assert(P <= 32, "at most 32 values");
+    float t[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) t[i] = i < V ? v[i] : 0.f;
+    idx = 0;
+#pragma unroll
+    for (int h = P / 2, o = 16; h >= 1; h /= 2, o /= 2) {  // keep one half, send the other
+        const bool up = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < h; ++i) {
+            const float keep = up ? t[i + h] : t[i], send = up ? t[i] : t[i + h];
+            t[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, o);
+        }
+        idx += up ? h : 0;
+    }
+    float r = t[0];
+#pragma unroll
+    for (int o = 16 / P; o >= 1; o /= 2) r += __shfl_xor_sync(0xFFFFFFFFu, r, o);
+    return r;
+}
+
 // one period of RB rows (words w) against the group it meets: facc += its scale · Σ
+// (nothing where !on: the sums of a lane without a period, made without a branch)
 template <int M, int RB>
 TQ_DEV void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb, int ng, int gsw,
                         const uint32_t* xq, const float* gs, uint32_t lane4,
-                        float (&facc)[RB][M]) {
+                        float (&facc)[RB][M], bool on = true) {
     const int g = group_of(p, ppb);
     uint32_t xw[M][8];
 #pragma unroll
@@ -190,7 +219,7 @@ TQ_DEV void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb, int ng, 
     }
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-        const float gm = gs[m * ng + g];
+        const float gm = on ? gs[m * ng + g] : 0.f;
 #pragma unroll
         for (int r = 0; r < RB; ++r) facc[r][m] = fmaf(gm, (float)acc[r][m], facc[r][m]);
     }
@@ -237,7 +266,34 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
             if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
         }
     };
-    start((b_first + rg) * RB);
+    // WPR == 1: warp gw owns rows [lo, hi) of an even split, decoded as units — nc chunks
+    // of RB rows, then the nt < RB rows left one at a time — each of nit items (a period
+    // a lane); the two slots run over the warp's item stream, across unit ends
+    const int gw = blockIdx.x * RGB + rg, W = nblocks * RGB;
+    const int lo = (int)((int64_t)rows * gw / W), hi = (int)((int64_t)rows * (gw + 1) / W);
+    const int nc = (hi - lo) / RB, nu = nc + (hi - lo) - nc * RB, nit = (ng + 31) >> 5;
+    auto load_item = [&](int u, int it, uint32_t (&slot)[RB][K + 1]) {
+        const int p = lane + 32 * it;
+        if (u >= nu || p >= ng) return;
+        if (u < nc) {
+#pragma unroll
+            for (int r = 0; r < RB; ++r) load_words(words + (size_t)(lo + u * RB + r) * nw, p, ppb, slot[r]);
+        } else {
+            load_words(words + (size_t)(lo + nc * RB + u - nc) * nw, p, ppb, slot[0]);
+        }
+    };
+    int lu = 0, lit = 0;  // the next item to load
+    auto next = [&](int& u, int& it) {
+        if (++it == nit) { it = 0; ++u; }
+    };
+    if constexpr (WPR == 1) {
+        load_item(lu, lit, wa);
+        next(lu, lit);
+        load_item(lu, lit, wb);
+        next(lu, lit);
+    } else {
+        start((b_first + rg) * RB);
+    }
     load_table<NTH>(table, smem);
     quantize_slots(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
     __syncthreads();
@@ -248,8 +304,46 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
         return;
     }
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
+    if constexpr (WPR == 1) {  // no block-wide step: warps run apart
+        float facc[RB][M];
+#pragma unroll
+        for (int r = 0; r < RB; ++r)
+#pragma unroll
+            for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
+        int du = 0, dit = 0;  // the item decoded
+        // decode the item in `slot`, reload it with the next item to load; at a unit's end
+        // its sums go out
+        auto item = [&](uint32_t (&slot)[RB][K + 1]) {
+            const int p = lane + 32 * dit, pc = min(p, ng - 1);  // every lane decodes
+            if (du < nc)
+                rows_period<M, RB>(slot, pc, ppb, ng, gsw, xq, gs, lane4, facc, p < ng);
+            else
+                rows_period<M, 1>(reinterpret_cast<uint32_t (&)[1][K + 1]>(slot), pc, ppb, ng, gsw,
+                                  xq, gs, lane4, reinterpret_cast<float (&)[1][M]>(facc), p < ng);
+            load_item(lu, lit, slot);
+            next(lu, lit);
+            if (dit == nit - 1) {
+                const int r0 = lo + (du < nc ? du * RB : nc * RB + du - nc);
+                int e;
+                const float v = warp_sums<RB * M>(reinterpret_cast<float (&)[RB * M]>(facc), lane, e);
+                const int r = e / M, m = e - r * M;  // lanes of one sum: the lowest writes
+                if (e < (du < nc ? RB : 1) * M && (lane & (32 / pow2_ceil(RB * M) - 1)) == 0)
+                    out[(size_t)m * rows + r0 + r] = v * half_of(scales, r0 + r) * factor;
+#pragma unroll
+                for (int r2 = 0; r2 < RB; ++r2)
+#pragma unroll
+                    for (int m2 = 0; m2 < M; ++m2) facc[r2][m2] = 0.f;
+            }
+            next(du, dit);
+        };
+        for (int f = 0; f < nu * nit; f += 2) {
+            item(wa);
+            if (f + 1 == nu * nit) break;
+            item(wb);
+        }
+        return;
+    }
     for (int b0 = b_first; b0 < nrg; b0 += nblocks * RGB) {
-        if (WPR == 1 && b0 + rg >= nrg) break;  // a warp owns its rows: no block-wide step
         const int r0 = (b0 + rg) * RB;
         if (b0 != b_first) start(r0);
         float facc[RB][M];
@@ -272,15 +366,6 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                 for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
                 facc[r][m] = v;
             }
-        if (WPR == 1) {  // lane e writes sum e = (row r, input row m)
-#pragma unroll
-            for (int e = 0; e < RB * M; ++e) {
-                const int r = e / M, m = e - r * M, row = r0 + r;
-                if (lane == e % 32 && row < rows)
-                    out[(size_t)m * rows + row] = facc[r][m] * half_of(scales, row) * factor;
-            }
-            continue;
-        }
         if (lane == 0) {
 #pragma unroll
             for (int r = 0; r < RB; ++r)
