@@ -25,7 +25,8 @@ with P(8) as ex: print([type(r).__name__ for r in ex.map(lambda f: f(), jobs)])
 print('built', round(time.time() - t, 1), 's')" 2>&1 | tail -3
 TAG=${TAG:--s18}
 if [ "${TESTS_S:-150}" -gt 0 ]; then
-  timeout "${TESTS_S:-150}" python3 -m pytest -q -x tests/test_pair_cuda.py 2>&1 \
+  sel=(); [ -n "${TESTS_K:-}" ] && sel=(-k "$TESTS_K")
+  timeout "${TESTS_S:-150}" python3 -m pytest -q -x tests/test_pair_cuda.py "${sel[@]}" 2>&1 \
     | tee "$OUT/pair-pytest$TAG.log" | tail -6
 fi
 timeout "$(( $(left) / 2 ))" python3 bench/pair_gemv.py ${PAIR_ARGS:---ks 3} --tag="$TAG" 2>&1 \

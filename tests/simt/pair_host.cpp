@@ -55,15 +55,16 @@ int main(int argc, char** argv) {
     return 3;
   }
   std::vector<float> part((size_t)blocks * 2048);
+  std::vector<int2> tiles_of(blocks);
   for (int m = 0; m < M; ++m) {
     simt::launch(blocks, 1, NT, [&] {
       pair_cols(w.data(), s.data(), tab.data(), x.data() + (size_t)m * n_in, 0, part.data(),
-                n_in, n_out / 32, T / 32, gsw, blocks);
+                tiles_of.data(), n_in, n_out / 32, T / 32, gsw, blocks);
     });
     const int tiles = (n_out / 32 + 31) / 32;
     simt::launch((tiles * 1024 + NT - 1) / NT, 1, NT, [&] {
-      pair_cols_sum(part.data(), out.data() + (size_t)m * n_out, n_in, n_out / 32, T / 32,
-                    1.0f, blocks);
+      pair_cols_sum(part.data(), tiles_of.data(), out.data() + (size_t)m * n_out, n_out / 32,
+                    T / 32, 1.0f, blocks);
     });
   }
   return write(argv[2], out);

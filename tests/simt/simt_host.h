@@ -45,6 +45,10 @@ struct float4 {
   float x, y, z, w;
 };
 inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
+struct int2 {
+  int x, y;
+};
+inline int2 make_int2(int x, int y) { return {x, y}; }
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct simt_dim3 {

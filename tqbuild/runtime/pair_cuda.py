@@ -34,7 +34,8 @@ ROWS_INSTANCES = [(1, 2, 1, 512), (1, 2, 2, 512), (1, 4, 1, 512), (1, 4, 2, 512)
                   (4, 1, 1, 512), (4, 1, 2, 512), (4, 2, 1, 512), (4, 1, 1, 1024),
                   (5, 1, 1, 512), (6, 1, 1, 512), (7, 1, 1, 512), (8, 1, 1, 512)]
 # (rb, wpr, threads) a rows launch uses by M
-ROWS_CFG = {1: (4, 1, 512), 2: (2, 1, 512), 3: (1, 1, 512), 4: (1, 1, 512), 5: (1, 1, 512),
+# (H100, bench/results/pair_gemv-cuda-s18.json: the best at M = 1 and 4 on every shape and k)
+ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: (1, 1, 512),
             6: (1, 1, 512), 7: (1, 1, 512), 8: (1, 1, 512)}
 
 _libs: dict[tuple[int, int], ctypes.CDLL | None] = {}
@@ -128,7 +129,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
                               x.data_ptr(), dt, out.data_ptr(), M, out_features, in_features,
                               T, rb, wpr, nth, FACTOR, blocks, stream)
     else:
-        part = torch.empty(blocks * 2048, device=x.device, dtype=torch.float32)
+        part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tiles_of
         rc = 0
         for m in range(M):
             rc = rc or lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),

@@ -65,6 +65,8 @@ constexpr int TAB_OFF = 0x10000 - 0x400;  // its offset in dynamic shared memory
 constexpr int TAB_WORDS = 32 << Q;
 constexpr int NT = 512;                   // threads a block (pair_rows: NTH, 512 or 1024)
 constexpr int RED_OFF = 0x20000 - 0x400;  // pair_cols: the block's sums, after the table
+constexpr int RED_LANE = 33;  // pair_cols: floats a lane's 32 sums take (padded: no conflicts)
+constexpr int RED_WARP = 32 * RED_LANE;
 constexpr int XQ_OFF = TAB_OFF + TAB_WORDS * 4;  // pair_rows: x quantized, after the table
 // words a quantized group of 32 inputs takes in shared memory: 8 of int8 q, padded to 12
 // where it fits (a warp's two LDS.128 of 32 different groups then hit every bank once)
@@ -409,17 +411,18 @@ TQ_DEV ColsSlots cols_slots(const ColsSplit& c) {
 }
 
 // cols: x [n_in] -> part [G][2][1024], the block's sums of its first tile and the next,
-// its warps' added in warp order; gsw as pair_rows'
+// its warps' added in warp order, and tiles_of [G], the first and last tile of its units
+// (first > last: none); gsw as pair_rows'
 TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
                                        const uint16_t* __restrict__ scales,
                                        const uint32_t* __restrict__ table, const void* x, int dt,
-                                       float* __restrict__ part, int n_in, int nperiods, int ppb,
-                                       int gsw, int nblocks) {
+                                       float* __restrict__ part, int2* __restrict__ tiles_of,
+                                       int n_in, int nperiods, int ppb, int gsw, int nblocks) {
     TQ_DYN_SMEM;
     constexpr int W = NT / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float* red = reinterpret_cast<float*>(smem + RED_OFF);  // [W][1024]
-    uint32_t* xq = reinterpret_cast<uint32_t*>(red + W * 1024);  // [slots][gsw]
+    float* red = reinterpret_cast<float*>(smem + RED_OFF);  // [W][32 lanes][RED_LANE]
+    uint32_t* xq = reinterpret_cast<uint32_t*>(red + W * RED_WARP);  // [slots][gsw]
     const int tiles = (nperiods + 31) / 32;
     const ColsSplit c = cols_split(blockIdx.x, nblocks, n_in, tiles);
     const ColsSlots sl = cols_slots(c);
@@ -499,33 +502,35 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
         }
     }
 #pragma unroll
-    for (int o = 0; o < 32; ++o) red[warp * 1024 + 32 * lane + o] = facc[o];
+    for (int o = 0; o < 32; ++o) red[warp * RED_WARP + RED_LANE * lane + o] = facc[o];
     __syncthreads();
     for (int e = threadIdx.x; e < 2048; e += NT) {  // slot e / 1024, in warp order
         const int slot = e >> 10;
         float v = 0.f;
-        for (int w = slot ? wa : 0; w < (slot ? W : wa); ++w) v += red[w * 1024 + (e & 1023)];
+        const int i = RED_LANE * ((e >> 5) & 31) + (e & 31);
+        for (int w = slot ? wa : 0; w < (slot ? W : wa); ++w) v += red[w * RED_WARP + i];
         part[(size_t)blockIdx.x * 2048 + e] = tb == TAB ? v : __int_as_float(0x7FC00000);
     }
+    if (threadIdx.x == 0)  // the tiles this block's sums are of (for pair_cols_sum)
+        tiles_of[blockIdx.x] = c.na + c.nb == 0 ? make_int2(1, 0)
+                                                : make_int2(c.first, c.first + (c.nb > 0));
 }
 
 // cols, step 2: out [n_out] = Σ over blocks, in block order, of their sums of the
 // output's tile, × factor
 TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols_sum(const float* __restrict__ part,
-                                           float* __restrict__ out, int n_in, int nperiods,
-                                           int ppb, float factor, int nblocks) {
+                                           const int2* __restrict__ tiles_of,
+                                           float* __restrict__ out, int nperiods, int ppb,
+                                           float factor, int nblocks) {
     const int e = blockIdx.x * NT + threadIdx.x;  // (tile, lane, o)
     const int tiles = (nperiods + 31) / 32;
     if (e >= tiles * 1024) return;
     const int t = e >> 10, lane = (e >> 5) & 31, o = e & 31, p = 32 * t + lane;
     if (p >= nperiods) return;
-    const int64_t U = (int64_t)tiles * n_in;
     float v = 0.f;
     for (int b = 0; b < nblocks; ++b) {
-        const int64_t lo = U * b / nblocks, hi = U * (b + 1) / nblocks;
-        if (lo == hi) continue;
-        const int tf = (int)(lo / n_in), tl = (int)((hi - 1) / n_in);
-        if (t >= tf && t <= tl) v += part[(size_t)b * 2048 + 1024 * (t - tf) + (e & 1023)];
+        const int2 tf = __ldg(tiles_of + b);
+        if (t >= tf.x && t <= tf.y) v += part[(size_t)b * 2048 + 1024 * (t - tf.x) + (e & 1023)];
     }
     out[32 * group_of(p, ppb) + o] = v * factor;
 }
@@ -538,7 +543,7 @@ inline size_t rows_smem(int M, int n, int rb, int nth, int gsw) {
 inline size_t cols_smem(int n_in, int n_out, int nblocks, int gsw) {
     const int64_t units = (int64_t)((n_out / 32 + 31) / 32) * n_in;
     const int64_t per = (units + nblocks - 1) / nblocks;
-    return (size_t)RED_OFF + (size_t)(NT / 32) * 1024 * 4 + (size_t)(per / 32 + 3) * (gsw + 1) * 4;
+    return (size_t)RED_OFF + (size_t)(NT / 32) * RED_WARP * 4 + (size_t)(per / 32 + 3) * (gsw + 1) * 4;
 }
 
 #ifdef __CUDACC__
@@ -602,7 +607,7 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
 }
 
 // cols (axis 0), one input row: x [n_in] -> out [n_out] float32 (words [n_in, nw] with
-// nw = n_out·k/32); part (nblocks·2048 floats) is the caller's scratch
+// nw = n_out·k/32); part (nblocks·2048 floats + nblocks·2 ints) is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
                  void* part, void* out, int n_in, int n_out, int T, float factor, int nblocks,
                  void* stream) {
@@ -613,12 +618,14 @@ int tq_pair_cols(const void* words, const void* scales, const void* table, const
     const size_t smem = cols_smem(n_in, n_out, nblocks, gsw);
     const cudaError_t e = allow_smem(pair_cols, smem);
     if (e != cudaSuccess) return (int)e;
+    float* sums = (float*)part;
+    int2* tiles_of = reinterpret_cast<int2*>(sums + (size_t)nblocks * 2048);
     pair_cols<<<nblocks, NT, smem, st>>>((const uint32_t*)words, (const uint16_t*)scales,
-                                         (const uint32_t*)table, x, dt, (float*)part, n_in,
+                                         (const uint32_t*)table, x, dt, sums, tiles_of, n_in,
                                          nperiods, ppb, gsw, nblocks);
     const int tiles = (nperiods + 31) / 32;
-    pair_cols_sum<<<(tiles * 1024 + NT - 1) / NT, NT, 0, st>>>((const float*)part, (float*)out,
-                                                             n_in, nperiods, ppb, factor, nblocks);
+    pair_cols_sum<<<(tiles * 1024 + NT - 1) / NT, NT, 0, st>>>(sums, tiles_of, (float*)out,
+                                                             nperiods, ppb, factor, nblocks);
     return (int)cudaGetLastError();
 }
 
