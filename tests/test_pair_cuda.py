@@ -99,6 +99,25 @@ def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M):
 
 @needs_cuda
 @pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_outputs_are_the_float_outputs_rounded(axis, dtype):
+    from tqbuild.runtime import pair_cuda
+
+    g = np.random.default_rng(axis)
+    rows, cols, T, k, L = 256, 1024, 256, 3, 16
+    words = torch.from_numpy(g.integers(0, 2**32, (rows, cols * k // 32), dtype=np.uint64)
+                             .astype(np.uint32).view(np.int32)).cuda()
+    scales = torch.from_numpy((g.random(rows) + 0.5).astype(np.float16)).cuda()
+    x = torch.randn(2, rows if axis == 0 else cols, device="cuda", dtype=dtype)
+    dims = dict(k=k, T=T, L=L, axis=axis, out_features=cols if axis == 0 else rows,
+                in_features=rows if axis == 0 else cols)
+    f32 = pair_cuda.matvec(x, words, scales, **dims)
+    half = pair_cuda.matvec(x, words, scales, out_dtype=dtype, **dims)
+    assert half.dtype == dtype and torch.equal(half, f32.to(dtype))
+
+
+@needs_cuda
+@pytest.mark.parametrize("axis", [0, 1])
 def test_trellis_linear_runs_the_kernels_on_cuda(axis):
     """A pair-code TrellisLinear on CUDA (the kernels) against its expanded weight."""
     from tqbuild.kernels import viterbi

@@ -40,19 +40,22 @@ def quantize(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(exe: Path, tmp: Path, k: int, axis: int, words, scales, x, T: int, rb=1, wpr=1,
-        blocks=3, nth=512, gsw=12):
+        blocks=3, nth=512, gsw=12, odt=0):
     M = x.shape[0]
     rows, nw = words.shape
     n = nw * 32 // k
     inp, out = tmp / "in.bin", tmp / "out.bin"
     with open(inp, "wb") as f:
-        np.array([axis, M, rows, n, T, rb, wpr, blocks, nth, gsw], np.int32).tofile(f)
+        np.array([axis, M, rows, n, T, rb, wpr, blocks, nth, gsw, odt], np.int32).tofile(f)
         words.astype(np.uint32).tofile(f)
         scales.astype(np.float16).view(np.uint16).tofile(f)
         np.asarray(ENTRIES, dtype=np.uint32).tofile(f)
         x.astype(np.float32).tofile(f)
     simt_harness.run(exe, inp, out)
-    return np.fromfile(out, np.float32).reshape(M, -1).astype(np.float64)
+    raw = np.fromfile(out, [np.float32, np.uint16, np.float16][odt])
+    if odt == 1:  # bf16 bits
+        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.reshape(M, -1).astype(np.float64)
 
 
 def _case(k, L, rows, n, T, M, seed):
@@ -82,6 +85,37 @@ def test_rows_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path,
     ref = (ref * gs[:, None, :]).sum(-1) * scales.astype(np.float64)[None, :]
     got = run(exe, tmp_path, k, 1, words, scales, x, T, rb, wpr, nth=nth, gsw=gsw)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def _round_to(ref: np.ndarray, odt: int) -> np.ndarray:
+    """The reference as the kernel stores it: float32, then bf16 / f16 (nearest even)."""
+    r = ref.astype(np.float32)
+    if odt == 2:
+        return r.astype(np.float16).astype(np.float64)
+    if odt == 1:
+        u = r.view(np.uint32).astype(np.uint64)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
+        return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    return r.astype(np.float64)
+
+
+@pytest.mark.parametrize("odt", [1, 2])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_half_outputs_are_the_float_outputs_rounded(harnesses, tmp_path_factory, tmp_path, odt,
+                                                    axis):
+    """bf16 / f16 outputs written by the kernels themselves: the float32 result rounded
+    once (no cast launch after them)."""
+    k, L = 3, 12
+    exe = _exe(harnesses, tmp_path_factory, k, L)
+    rows, n, T = (96, 1536, 256) if axis == 0 else (37, 512, 256)
+    words, scales, x, _ = _case(k, L, rows, n, T, 2 if axis == 0 else 1, seed=odt + 5 * axis)
+    if axis == 0:
+        x = x[:, :rows]
+    scales = (scales.astype(np.float32) * 2**-12).astype(np.float16)  # f16's range (× 1 unit)
+    f32 = run(exe, tmp_path, k, axis, words, scales, x, T, 2 if axis else 1, 1, blocks=3)
+    half = run(exe, tmp_path, k, axis, words, scales, x, T, 2 if axis else 1, 1, blocks=3,
+               odt=odt)
+    assert np.isfinite(half).all() and np.array_equal(half, _round_to(f32, odt))
 
 
 @pytest.mark.parametrize("kl", CASES)

@@ -1,8 +1,9 @@
 // Runs runtime/pair_gemv.cu's kernels in the SIMT emulator (tests/test_pair_gemv_host.py);
 // built with -DTQ_K=k -DTQ_L=L. usage: pair_host IN OUT — IN: int32 axis, M, rows (axis 1:
 // output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb,
-// wpr, blocks, nth (rows: threads a block), gsw (words a quantized group), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
-// [512] u32 and x [M, inputs] float32; OUT: float32 [M, outputs] (× the table's unit).
+// wpr, blocks, nth (rows: threads a block), gsw (words a quantized group), odt (the output's
+// dtype: 0 f32, 1 bf16, 2 f16), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
+// [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype odt (× the table's unit).
 #include <cstdio>
 #include <stdexcept>
 #include <vector>
@@ -15,15 +16,16 @@ alignas(16) float smem[227 * 1024 / 4];  // the kernels' dynamic shared memory
 
 template <int M, int RB, int WPR, int NTH>
 static void rows(const uint32_t* w, const uint16_t* s, const uint32_t* t, const float* x,
-                 float* out, int nrows, int n, int T, int gsw, int blocks) {
+                 Out out, int nrows, int n, int T, int gsw, int blocks) {
   simt::launch(blocks, 1, NTH, [&] {
     pair_rows<M, RB, WPR, NTH>(w, s, t, x, 0, out, nrows, n, T / 32, gsw, 1.0f, blocks);
   });
 }
 
-static int write(const char* path, const std::vector<float>& out) {
+static int write(const char* path, const std::vector<float>& out, int odt) {
   FILE* g = fopen(path, "wb");
-  if (!g || fwrite(out.data(), 4, out.size(), g) != out.size()) return 2;
+  const size_t size = odt ? 2 : 4, n = out.size();  // elements, each `size` bytes
+  if (!g || fwrite(out.data(), size, n, g) != n) return 2;
   fclose(g);
   return 0;
 }
@@ -32,24 +34,26 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   FILE* f = fopen(argv[1], "rb");
   if (!f) return 2;
-  const auto h = simt::read<int32_t>(f, 10);
+  const auto h = simt::read<int32_t>(f, 11);
   const int axis = h[0], M = h[1], nrows = h[2], n = h[3], T = h[4], rb = h[5], wpr = h[6],
-            blocks = h[7], nth = h[8], gsw = h[9];
+            blocks = h[7], nth = h[8], gsw = h[9], odt = h[10];
   const int n_in = axis == 1 ? n : nrows, n_out = axis == 1 ? nrows : n;
   const auto w = simt::read<uint32_t>(f, (size_t)nrows * n * TQ_K / 32);
   const auto s = simt::read<uint16_t>(f, nrows);
   const auto tab = simt::read<uint32_t>(f, 512);
   const auto x = simt::read<float>(f, (size_t)M * n_in);
   fclose(f);
-  std::vector<float> out((size_t)M * n_out);
+  std::vector<float> out((size_t)M * n_out);  // room for float32; halves use its front
+  const Out O{out.data(), odt};
+  const size_t osize = odt ? 2 : 4;
   if (axis == 1) {
     const auto* W = w.data();
     const auto* S = s.data();
     const auto* Tb = tab.data();
 #define TQ_PAIR_ROWS(m, r, p, t)                                                   \
     if (M == m && rb == r && wpr == p && nth == t)                                 \
-      return rows<m, r, p, t>(W, S, Tb, x.data(), out.data(), nrows, n, T, gsw, blocks), \
-             write(argv[2], out);
+      return rows<m, r, p, t>(W, S, Tb, x.data(), O, nrows, n, T, gsw, blocks), \
+             write(argv[2], out, odt);
     TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS
     return 3;
@@ -63,9 +67,9 @@ int main(int argc, char** argv) {
     });
     const int tiles = (n_out / 32 + 31) / 32;
     simt::launch((tiles * 1024 + NT - 1) / NT, 1, NT, [&] {
-      pair_cols_sum(part.data(), tiles_of.data(), out.data() + (size_t)m * n_out, n_out / 32,
-                    T / 32, 1.0f, blocks);
+      const Out Om{reinterpret_cast<char*>(out.data()) + (size_t)m * n_out * osize, odt};
+      pair_cols_sum(part.data(), tiles_of.data(), Om, n_out / 32, T / 32, 1.0f, blocks);
     });
   }
-  return write(argv[2], out);
+  return write(argv[2], out, odt);
 }

@@ -46,8 +46,8 @@ def _load(k: int, L: int) -> ctypes.CDLL:
     dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}", *extra])
     P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
     sig: dict[str, tuple[Any, list[Any]]] = {
-        "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 7 + [F, I, P]),
-        "tq_pair_cols": (I, [P, P, P, P, I, P, P, I, I, I, F, I, P]),
+        "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 8 + [F, I, P]),
+        "tq_pair_cols": (I, [P, P, P, P, I, P, P, I, I, I, I, F, I, P]),
         "tq_pair_rows_smem": (Z, [I] * 4),
         "tq_pair_cols_smem": (Z, [I] * 3)}
     for name, (res, args) in sig.items():
@@ -111,22 +111,24 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int, T: int,
            L: int, axis: int, out_features: int, in_features: int,
-           cfg: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] float32; words in
-    the plain stored layout (int32), scales fp16 [stored rows]."""
+           cfg: tuple[int, int, int] | None = None,
+           out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] of out_dtype (f32/bf16/f16,
+    written by the kernels: rounded once); words in the plain stored layout (int32), scales
+    fp16 [stored rows]."""
     lib = library(k, L)
     assert lib is not None
     x = x.contiguous()
     M = x.shape[0]
-    dt = trellis_cuda.DTYPES[x.dtype]
+    dt, odt = trellis_cuda.DTYPES[x.dtype], trellis_cuda.DTYPES[out_dtype]
     blocks = _sm_count(_index(x))
     table = _table(x.device)
     stream = nvcc.stream_of(x)
-    out = torch.empty(M, out_features, device=x.device, dtype=torch.float32)
+    out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1:
         rb, wpr, nth = cfg or ROWS_CFG[M]
         rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
-                              x.data_ptr(), dt, out.data_ptr(), M, out_features, in_features,
+                              x.data_ptr(), dt, out.data_ptr(), odt, M, out_features, in_features,
                               T, rb, wpr, nth, FACTOR, blocks, stream)
     else:
         part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tiles_of
@@ -134,7 +136,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
         for m in range(M):
             rc = rc or lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                                         x[m].data_ptr(), dt, part.data_ptr(), out[m].data_ptr(),
-                                        in_features, out_features, T, FACTOR, blocks, stream)
+                                        odt, in_features, out_features, T, FACTOR, blocks, stream)
     if rc != 0:
         raise RuntimeError(f"pair-code CUDA kernel launch failed (code {rc})")
     return out

@@ -109,6 +109,23 @@ TQ_DEV void load_words(const uint32_t* row, int p, int ppb, uint32_t (&w)[K + 1]
     w[K] = __ldg(a + (last ? K * (1 - ppb) : K));
 }
 
+// an output tensor: float32 (dt 0), bf16 (1) or f16 (2), written rounded to nearest even
+struct Out {
+    void* p;
+    int dt;
+};
+TQ_DEV void put(const Out& o, size_t i, float v) {
+#ifdef __CUDACC__
+    if (o.dt == 1) reinterpret_cast<__nv_bfloat16*>(o.p)[i] = __float2bfloat16_rn(v);
+    else if (o.dt == 2) reinterpret_cast<__half*>(o.p)[i] = __float2half_rn(v);
+    else reinterpret_cast<float*>(o.p)[i] = v;
+#else
+    if (o.dt == 1) reinterpret_cast<uint16_t*>(o.p)[i] = simt::bf16_round(v);
+    else if (o.dt == 2) reinterpret_cast<uint16_t*>(o.p)[i] = simt::f16_round(v);
+    else reinterpret_cast<float*>(o.p)[i] = v;
+#endif
+}
+
 // the aligned group of 32 inputs (rows) or outputs (cols) period p meets
 TQ_DEV int group_of(int p, int ppb) {
     const int pb = p & (ppb - 1);
@@ -239,13 +256,13 @@ TQ_DEV void reload(uint32_t (&slot)[RB][K + 1], const uint32_t* const (&wrow)[RB
 
 }  // namespace
 
-// x [M, n] (dtype 0 f32, 1 bf16, 2 f16) -> out [M, rows] float32 (· row scale · factor);
+// x [M, n] (dtype 0 f32, 1 bf16, 2 f16) -> out [M, rows] (· row scale · factor, in out's dtype);
 // gsw: GSW_PAD or GSW_TIGHT (what fits)
 template <int M, int RB, int WPR, int NTH>
 TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                                         const uint16_t* __restrict__ scales,
                                         const uint32_t* __restrict__ table, const void* x, int dt,
-                                        float* __restrict__ out, int rows, int n, int ppb, int gsw,
+                                        Out out, int rows, int n, int ppb, int gsw,
                                         float factor, int nblocks) {
     TQ_DYN_SMEM;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -302,7 +319,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     if (tb != TAB) {  // the layout's premise (dynamic shared memory at 0x400) does not hold
         for (int i = blockIdx.x * NTH + threadIdx.x; i < M * rows; i += nblocks * NTH)
-            out[i] = __int_as_float(0x7FC00000);
+            put(out, i, __int_as_float(0x7FC00000));
         return;
     }
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
@@ -330,7 +347,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                 const float v = warp_sums<RB * M>(reinterpret_cast<float (&)[RB * M]>(facc), lane, e);
                 const int r = e / M, m = e - r * M;  // lanes of one sum: the lowest writes
                 if (e < (du < nc ? RB : 1) * M && (lane & (32 / pow2_ceil(RB * M) - 1)) == 0)
-                    out[(size_t)m * rows + r0 + r] = v * half_of(scales, r0 + r) * factor;
+                    put(out, (size_t)m * rows + r0 + r, v * half_of(scales, r0 + r) * factor);
 #pragma unroll
                 for (int r2 = 0; r2 < RB; ++r2)
 #pragma unroll
@@ -380,7 +397,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
             const int row = (b0 + g2) * RB + r;
             float v = 0.f;
             for (int i = 0; i < WPR; ++i) v += red[(g2 * WPR + i) * RB * M + e];
-            if (b0 + g2 < nrg && row < rows) out[(size_t)m * rows + row] = v * half_of(scales, row) * factor;
+            if (b0 + g2 < nrg && row < rows) put(out, (size_t)m * rows + row, v * half_of(scales, row) * factor);
         }
         __syncthreads();
     }
@@ -520,7 +537,7 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
 // output's tile, × factor
 TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols_sum(const float* __restrict__ part,
                                            const int2* __restrict__ tiles_of,
-                                           float* __restrict__ out, int nperiods, int ppb,
+                                           Out out, int nperiods, int ppb,
                                            float factor, int nblocks) {
     const int e = blockIdx.x * NT + threadIdx.x;  // (tile, lane, o)
     const int tiles = (nperiods + 31) / 32;
@@ -532,7 +549,7 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols_sum(const float* __restrict__ part,
         const int2 tf = __ldg(tiles_of + b);
         if (t >= tf.x && t <= tf.y) v += part[(size_t)b * 2048 + 1024 * (t - tf.x) + (e & 1023)];
     }
-    out[32 * group_of(p, ppb) + o] = v * factor;
+    put(out, 32 * group_of(p, ppb) + o, v * factor);
 }
 
 // dynamic shared memory of a rows launch: the table, x quantized, the warps' sums
@@ -567,7 +584,7 @@ cudaError_t allow_smem(K_ kern, size_t smem) {
 
 template <int M, int RB, int WPR, int NTH>
 int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const void* x, int dt,
-                float* out, int rows, int n, int ppb, float factor, int nblocks, cudaStream_t st) {
+                Out out, int rows, int n, int ppb, float factor, int nblocks, cudaStream_t st) {
     const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g); });
     if (!gsw) return -2;
     const size_t smem = rows_smem(M, n, RB, NTH, gsw);
@@ -588,14 +605,15 @@ size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks) {
     return cols_smem(n_in, n_out, nblocks, GSW_TIGHT);
 }
 
-// rows (axis 1): x [M, n] -> out [M, rows] float32; (M, rb, wpr, nth) one of the instances
+// rows (axis 1): x [M, n] -> out [M, rows] of dtype odt (0 f32, 1 bf16, 2 f16); (M, rb, wpr,
+// nth) one of the instances
 int tq_pair_rows(const void* words, const void* scales, const void* table, const void* x, int dt,
-                 void* out, int M, int rows, int n, int T, int rb, int wpr, int nth, float factor,
+                 void* out, int odt, int M, int rows, int n, int T, int rb, int wpr, int nth, float factor,
                  int nblocks, void* stream) {
     auto W = (const uint32_t*)words;
     auto S = (const uint16_t*)scales;
     auto Tb = (const uint32_t*)table;
-    auto O = (float*)out;
+    const Out O{out, odt};
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32;
 #define TQ_PAIR_ROWS(m, r, p, t)                                                          \
@@ -606,10 +624,10 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
     return -1;
 }
 
-// cols (axis 0), one input row: x [n_in] -> out [n_out] float32 (words [n_in, nw] with
+// cols (axis 0), one input row: x [n_in] -> out [n_out] of dtype odt (words [n_in, nw] with
 // nw = n_out·k/32); part (nblocks·2048 floats + nblocks·2 ints) is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
-                 void* part, void* out, int n_in, int n_out, int T, float factor, int nblocks,
+                 void* part, void* out, int odt, int n_in, int n_out, int T, float factor, int nblocks,
                  void* stream) {
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
@@ -624,7 +642,7 @@ int tq_pair_cols(const void* words, const void* scales, const void* table, const
                                          (const uint32_t*)table, x, dt, sums, tiles_of, n_in,
                                          nperiods, ppb, gsw, nblocks);
     const int tiles = (nperiods + 31) / 32;
-    pair_cols_sum<<<(tiles * 1024 + NT - 1) / NT, NT, 0, st>>>(sums, tiles_of, (float*)out,
+    pair_cols_sum<<<(tiles * 1024 + NT - 1) / NT, NT, 0, st>>>(sums, tiles_of, Out{out, odt},
                                                              nperiods, ppb, factor, nblocks);
     return (int)cudaGetLastError();
 }

@@ -209,7 +209,7 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
     M = x2.shape[0]
     if code in PAIR_CODES:  # its CUDA kernels where they serve, else the expanded weight
         if pair_cuda.available(x2, code, k, L, T, axis, out_features, in_features):
-            return pair_cuda.matvec(x2, words, scales, **dims).to(x2.dtype)
+            return pair_cuda.matvec(x2, words, scales, out_dtype=x2.dtype, **dims)
         return (x2 @ decode_torch(words, scales, table, k=k, T=T, L=L, axis=axis,
                                   interleave=False).to(x2.dtype).t()).to(x2.dtype)
     on_triton = x2.is_cuda and triton is not None
