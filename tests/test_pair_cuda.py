@@ -46,6 +46,26 @@ def test_rows_instances_match_the_library_source():
     assert all((M, *c) in found for M, c in pair_cuda.ROWS_CFG.items())
 
 
+def test_ctypes_signatures_match_the_c_declarations():
+    """Every entry point's ctypes argument list is its C parameter list (a mismatch was
+    once found only on a GPU)."""
+    import ctypes
+    import re
+
+    from tqbuild.runtime import pair_cuda
+
+    src = pair_cuda.SOURCE.read_text()
+    kinds = {"void*": ctypes.c_void_p, "int": ctypes.c_int, "float": ctypes.c_float,
+             "size_t": ctypes.c_size_t}
+    for name, (res, args) in pair_cuda.SIGNATURES.items():
+        m = re.search(rf"^(\w+) {name}\(([^)]*)\)", src, re.M)
+        assert m, name
+        params = [re.sub(r"\s+", " ", a.replace("const ", "")).strip().rsplit(" ", 1)[0]
+                  .replace(" *", "*") for a in m.group(2).split(",") if a.strip()]
+        assert kinds[m.group(1)] is res, name
+        assert [kinds[t] for t in params] == args, name
+
+
 def _instances():
     from tqbuild.runtime import pair_cuda
 

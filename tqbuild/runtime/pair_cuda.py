@@ -41,16 +41,20 @@ ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: 
 _libs: dict[tuple[int, int], ctypes.CDLL | None] = {}
 
 
+_P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
+# the library's C entry points: (result, arguments) — tests/test_pair_cuda.py checks them
+# against the declarations in pair_gemv.cu
+SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _P]),
+    "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _F, _I, _P]),
+    "tq_pair_rows_smem": (_Z, [_I] * 4),
+    "tq_pair_cols_smem": (_Z, [_I] * 3)}
+
+
 def _load(k: int, L: int) -> ctypes.CDLL:
     extra = os.environ.get("TQBUILD_PAIR_FLAGS", "").split()  # benchmark sweeps only
     dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}", *extra])
-    P, I, F, Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
-    sig: dict[str, tuple[Any, list[Any]]] = {
-        "tq_pair_rows": (I, [P, P, P, P, I, P] + [I] * 8 + [F, I, P]),
-        "tq_pair_cols": (I, [P, P, P, P, I, P, P, I, I, I, I, F, I, P]),
-        "tq_pair_rows_smem": (Z, [I] * 4),
-        "tq_pair_cols_smem": (Z, [I] * 3)}
-    for name, (res, args) in sig.items():
+    for name, (res, args) in SIGNATURES.items():
         f = getattr(dll, name)
         f.restype, f.argtypes = res, args
     return dll
