@@ -32,7 +32,10 @@ transformers. Variants swap the decoder linears in place:
               as the CUDA loaders now serve an artifact;
   affine4-cu-lm8-qkv — affine4-cu with the same 8-bit lm_head and fused q, k, v;
   p3-fused-cu-lm8-qkv — q3-fused-cu-lm8-qkv with the MLP in the pair code (format
-              version 3, k = 3, L = 16: runtime/pair_gemv.cu's kernels).
+              version 3, k = 3, L = 16: runtime/pair_gemv.cu's kernels);
+  p3g-fused-cu-lm8-qkv — gate and up in the pair code, down in mul1 (L = 12): each
+              tensor on the faster kernel of session 18's measurements (rows: pair,
+              cols: mul1) — codes may differ tensor by tensor in one artifact.
 lm_head stays bf16 in every other variant (the same bytes for all). `--compile`:
 each variant's forward also through torch.compile
 (inductor fuses the norms, RoPE and elementwise work between the linears;
@@ -248,6 +251,13 @@ def main() -> None:
             layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, code="pair", L=16),
                                   layer.mlp.act_fn)
         run("p3-fused-cu-lm8-qkv")
+    if not only or "p3g-fused-cu-lm8-qkv" in only:  # pair gate/up, mul1 down
+        inter, hid = cfg.intermediate_size, cfg.hidden_size
+        for layer in model.model.layers:
+            gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
+                                  for _ in range(2)])
+            layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g), layer.mlp.act_fn)
+        run("p3g-fused-cu-lm8-qkv")
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})

@@ -39,7 +39,7 @@ for code in ${VIT_CODES-}; do
 done
 if [ "${DECODE:-0}" = 1 ] && [ "$(left)" -gt 120 ]; then  # the 8B-shaped decode, pair MLP, PDL on
   TORCHINDUCTOR_ENABLE_PDL=1 timeout "$(left)" python3 bench/decode_8b.py --compile --no-eager \
-    --only bf16,q3-fused-cu-lm8-qkv,p3-fused-cu-lm8-qkv --tag="${TAG}p" 2>&1 | tail -8 | cut -c1-300
+    --only bf16,q3-fused-cu-lm8-qkv,p3-fused-cu-lm8-qkv,p3g-fused-cu-lm8-qkv --tag="${TAG}p" 2>&1 | tail -8 | cut -c1-300
   cp bench/results/decode_8b-cuda${TAG}p.json "$OUT/" 2>/dev/null
 fi
 echo "=== done $SECONDS s"
