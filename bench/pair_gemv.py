@@ -6,7 +6,8 @@ kernels and bf16 cuBLAS, on the GPU, one run.
 
 Per shape, k and M: µs of bf16 cuBLAS, of the mul1 kernel the runtime picks (L = 12, as
 bench/trellis_gemv.py), and of the pair kernels (L = 16; rows: every block shape
-instance at that M, all recorded, the best reported; cols: M launches of one row) —
+instance at that M, cols: walkers of 1 and 2 warps (M launch pairs of one row); all
+recorded, the best reported) —
 CUDA graphs over copies whose working set exceeds 3× the L2; SASS instructions a weight
 of the pair decode loops; the packed bytes as a fraction of the measured copy rate.
 Correctness is tests/test_pair_cuda.py's (run it first on the same machine).
@@ -68,14 +69,16 @@ def main() -> None:
                     res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr} T{nth}"] = {
                         "loop_instructions": s[0], "per_weight": s[0] / (rb * 64), "ops": s[1]}
         d = 4  # TQ_PAIR_COLS_D: inputs a trip
-        s = sass_loop(lib, "_Z9pair_colsP", 32 * d, "IDP")
-        if s:
-            flush = s[1].get("I2FP", 0) + s[1].get("FFMA", 0) + s[1].get("CS2R", 0)
-            res["sass"][f"k{k} cols M1"] = {
-                "loop_instructions": s[0], "per_weight": s[0] / (32 * d),
-                "per_weight_without_flush": (s[0] - flush) / (32 * d), "ops": s[1],
-                "note": "the trip holds D copies of the once-a-32-inputs group flush (I2FP, "
-                        "FFMA, CS2R), branched over on the other inputs"}
+        for sub in (1, 2):  # warps a walker: each decodes 32 / sub weights of d / sub inputs
+            s = sass_loop(lib, f"pair_colsILi{sub}E", 32 * (d // sub) // sub, "IDP")
+            if s:
+                flush = s[1].get("I2FP", 0) + s[1].get("FFMA", 0) + s[1].get("CS2R", 0)
+                per = 32 * (d // sub) // sub
+                res["sass"][f"k{k} cols M1 sub{sub}"] = {
+                    "loop_instructions": s[0], "per_weight": s[0] / per,
+                    "per_weight_without_flush": (s[0] - flush) / per, "ops": s[1],
+                    "note": "the trip holds D copies of the once-a-32-inputs group flush "
+                            "(I2FP, FFMA, CS2R), branched over on the other inputs"}
     print(json.dumps(res["sass"]), flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
     out = HERE / "results" / f"pair_gemv-cuda{a.tag}.json"
@@ -105,7 +108,7 @@ def main() -> None:
                     tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs]
                 ) / len(copies)
                 tried = {}
-                for cfg in (ROWS_CFGS.get(M, [None]) if axis == 1 else [None]):
+                for cfg in (ROWS_CFGS.get(M, [None]) if axis == 1 else [(1,), (2,)]):
                     tried[str(cfg)] = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg: [
                         pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, **d) for w, sc in cs]
                     ) / len(copies)

@@ -98,7 +98,8 @@ def test_rows_kernel_equals_the_reference(k, L, M, cfg):
 @pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
 @pytest.mark.parametrize("n_in,n_out,T,M", [(512, 1536, 256, 1), (1024, 5120, 256, 2),
                                             (96, 512, 64, 1), (17408, 5120, 256, 1)])
-def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M):
+@pytest.mark.parametrize("sub", [1, 2])
+def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M, sub):
     from tqbuild.runtime import pair_cuda
 
     g = np.random.default_rng(k + n_in + M)
@@ -112,7 +113,7 @@ def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M):
     ref = (ref * gs[:, :, None]).sum(1) / 8192
     got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
                            torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=0,
-                           out_features=n_out, in_features=n_in)
+                           out_features=n_out, in_features=n_in, cfg=(sub,))
     err = np.abs(got.double().cpu().numpy() - ref).max()
     assert err <= 1e-5 * np.abs(ref).max()
 

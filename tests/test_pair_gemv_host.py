@@ -137,13 +137,15 @@ def test_rows_warps_walk_chunks_then_single_rows(harnesses, tmp_path_factory, tm
 
 
 @pytest.mark.parametrize("kl", CASES)
-@pytest.mark.parametrize("n_in,n_out,T,blocks,gsw", [(96, 1536, 256, 5, 12), (64, 512, 64, 3, 8),
-                                                     (160, 1024, 256, 2, 12)])
+@pytest.mark.parametrize("n_in,n_out,T,blocks,gsw,sub", [
+    (96, 1536, 256, 5, 12, 1), (64, 512, 64, 3, 8, 1), (160, 1024, 256, 2, 12, 1),
+    (96, 1536, 256, 5, 12, 2), (160, 1024, 256, 2, 8, 2)])
 def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, n_in,
-                                          n_out, T, blocks, gsw):
+                                          n_out, T, blocks, gsw, sub):
     """Stored row i = input i; tiles of 32 periods (the last partly filled at 1536 outputs:
     48 periods), blocks whose unit ranges cross the tile boundary and start inside a group
-    of inputs; warps walking more inputs than their words ring holds (160 inputs, 2 blocks)."""
+    of inputs; warps walking more inputs than their words ring holds (160 inputs, 2 blocks);
+    walkers of one warp or of two (each half of the period's steps)."""
     k, L = kl
     exe = _exe(harnesses, tmp_path_factory, k, L)
     g = np.random.default_rng(n_in + k)
@@ -155,5 +157,5 @@ def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path,
     q, gs = quantize(xs)  # [2, n_in/32, 32]
     ref = np.einsum("mgj,gjo->mgo", q, w16.reshape(-1, 32, n_out))
     ref = (ref * gs[:, :, None]).sum(1)
-    got = run(exe, tmp_path, k, 0, words, scales, x, T, blocks=blocks, gsw=gsw)
+    got = run(exe, tmp_path, k, 0, words, scales, x, T, rb=sub, blocks=blocks, gsw=gsw)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()

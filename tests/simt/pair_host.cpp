@@ -1,7 +1,8 @@
 // Runs runtime/pair_gemv.cu's kernels in the SIMT emulator (tests/test_pair_gemv_host.py);
 // built with -DTQ_K=k -DTQ_L=L. usage: pair_host IN OUT — IN: int32 axis, M, rows (axis 1:
 // output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb,
-// wpr, blocks, nth (rows: threads a block), gsw (words a quantized group), odt (the output's
+// wpr, blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
+// threads a block), gsw (words a quantized group), odt (the output's
 // dtype: 0 f32, 1 bf16, 2 f16), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
 // [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype odt (× the table's unit).
 #include <cstdio>
@@ -61,10 +62,17 @@ int main(int argc, char** argv) {
   std::vector<float> part((size_t)blocks * 2048);
   std::vector<int2> tiles_of(blocks);
   for (int m = 0; m < M; ++m) {
-    simt::launch(blocks, 1, NT, [&] {
-      pair_cols(w.data(), s.data(), tab.data(), x.data() + (size_t)m * n_in, 0, part.data(),
-                tiles_of.data(), n_in, n_out / 32, T / 32, gsw, blocks);
-    });
+    const float* xm = x.data() + (size_t)m * n_in;
+    if (rb == 2)  // axis 0: rb = the warps of a walker (SUB)
+      simt::launch(blocks, 1, 2 * NT, [&] {
+        pair_cols<2, 2 * NT>(w.data(), s.data(), tab.data(), xm, 0, part.data(), tiles_of.data(),
+                             n_in, n_out / 32, T / 32, gsw, blocks);
+      });
+    else
+      simt::launch(blocks, 1, NT, [&] {
+        pair_cols<1, NT>(w.data(), s.data(), tab.data(), xm, 0, part.data(), tiles_of.data(),
+                         n_in, n_out / 32, T / 32, gsw, blocks);
+      });
     const int tiles = (n_out / 32 + 31) / 32;
     simt::launch((tiles * 1024 + NT - 1) / NT, 1, NT, [&] {
       const Out Om{reinterpret_cast<char*>(out.data()) + (size_t)m * n_out * osize, odt};

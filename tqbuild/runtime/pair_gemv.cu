@@ -72,7 +72,7 @@ constexpr int XQ_OFF = TAB_OFF + TAB_WORDS * 4;  // pair_rows: x quantized, afte
 // where it fits (a warp's two LDS.128 of 32 different groups then hit every bank once)
 constexpr int GSW_PAD = 12, GSW_TIGHT = 8;
 #ifndef TQ_PAIR_COLS_D
-#define TQ_PAIR_COLS_D 4  // pair_cols: inputs' words in flight a lane
+#define TQ_PAIR_COLS_D 4  // pair_cols: inputs' words in flight a walker (SUB = 2: D / 2 a warp)
 #endif
 constexpr int COLS_D = TQ_PAIR_COLS_D;
 
@@ -360,46 +360,46 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
             if (f + 1 == nu * nit) break;
             item(wb);
         }
-        return;
-    }
-    for (int b0 = b_first; b0 < nrg; b0 += nblocks * RGB) {
-        const int r0 = (b0 + rg) * RB;
-        if (b0 != b_first) start(r0);
-        float facc[RB][M];
-#pragma unroll
-        for (int r = 0; r < RB; ++r)
-#pragma unroll
-            for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
-        for (int p = p0; p < ng; p += 2 * S) {  // a slot is reloaded once decoded
-            rows_period<M, RB>(wa, p, ppb, ng, gsw, xq, gs, lane4, facc);
-            reload<RB>(wa, wrow, p + 2 * S, ng, ppb);
-            if (p + S >= ng) break;
-            rows_period<M, RB>(wb, p + S, ppb, ng, gsw, xq, gs, lane4, facc);
-            reload<RB>(wb, wrow, p + 3 * S, ng, ppb);
-        }
-#pragma unroll
-        for (int r = 0; r < RB; ++r)
-#pragma unroll
-            for (int m = 0; m < M; ++m) {
-                float v = facc[r][m];
-                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-                facc[r][m] = v;
-            }
-        if (lane == 0) {
+    } else {
+        for (int b0 = b_first; b0 < nrg; b0 += nblocks * RGB) {
+            const int r0 = (b0 + rg) * RB;
+            if (b0 != b_first) start(r0);
+            float facc[RB][M];
 #pragma unroll
             for (int r = 0; r < RB; ++r)
 #pragma unroll
-                for (int m = 0; m < M; ++m) red[warp * RB * M + r * M + m] = facc[r][m];
+                for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
+            for (int p = p0; p < ng; p += 2 * S) {  // a slot is reloaded once decoded
+                rows_period<M, RB>(wa, p, ppb, ng, gsw, xq, gs, lane4, facc);
+                reload<RB>(wa, wrow, p + 2 * S, ng, ppb);
+                if (p + S >= ng) break;
+                rows_period<M, RB>(wb, p + S, ppb, ng, gsw, xq, gs, lane4, facc);
+                reload<RB>(wb, wrow, p + 3 * S, ng, ppb);
+            }
+#pragma unroll
+            for (int r = 0; r < RB; ++r)
+#pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    float v = facc[r][m];
+                    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+                    facc[r][m] = v;
+                }
+            if (lane == 0) {
+#pragma unroll
+                for (int r = 0; r < RB; ++r)
+#pragma unroll
+                    for (int m = 0; m < M; ++m) red[warp * RB * M + r * M + m] = facc[r][m];
+            }
+            __syncthreads();
+            for (int t = threadIdx.x; t < RGB * RB * M; t += NTH) {
+                const int g2 = t / (RB * M), e = t - g2 * RB * M, r = e / M, m = e - r * M;
+                const int row = (b0 + g2) * RB + r;
+                float v = 0.f;
+                for (int i = 0; i < WPR; ++i) v += red[(g2 * WPR + i) * RB * M + e];
+                if (b0 + g2 < nrg && row < rows) put(out, (size_t)m * rows + row, v * half_of(scales, row) * factor);
+            }
+            __syncthreads();
         }
-        __syncthreads();
-        for (int t = threadIdx.x; t < RGB * RB * M; t += NTH) {
-            const int g2 = t / (RB * M), e = t - g2 * RB * M, r = e / M, m = e - r * M;
-            const int row = (b0 + g2) * RB + r;
-            float v = 0.f;
-            for (int i = 0; i < WPR; ++i) v += red[(g2 * WPR + i) * RB * M + e];
-            if (b0 + g2 < nrg && row < rows) put(out, (size_t)m * rows + row, v * half_of(scales, row) * factor);
-        }
-        __syncthreads();
     }
 }
 
@@ -427,17 +427,45 @@ TQ_DEV ColsSlots cols_slots(const ColsSplit& c) {
     return {ga, c.na ? ((c.ia + c.na + 31) >> 5) - ga : 0, (c.nb + 31) >> 5};
 }
 
+template <int V>
+struct IntC {
+    static constexpr int value = V;
+};
+
+// cols: steps [V0, V0 + VS) of one input's period (words w) times its int8 value (xl;
+// xh = xl << 8): step v adds to the sums of outputs 30 − 2v and 31 − 2v, acc[j] and
+// acc[j + 1] with j = 2(V0 + VS − 1 − v)
+template <int V0, int VS>
+TQ_DEV void cols_steps(const uint32_t (&w)[K + 1], uint32_t xl, uint32_t xh, uint32_t lane4,
+                       int (&acc)[2 * VS]) {
+#pragma unroll
+    for (int vv = 0; vv < VS; ++vv) {
+        const int j = 2 * (VS - 1 - vv);
+        const uint32_t e = lds_abs(((window(w, V0 + vv) * HMUL) & AMASK) | lane4);
+        acc[j] = dp2a_lo(e, xl, acc[j]);
+        acc[j + 1] = dp2a_lo(e, xh, acc[j + 1]);
+    }
+}
+
 // cols: x [n_in] -> part [G][2][1024], the block's sums of its first tile and the next,
-// its warps' added in warp order, and tiles_of [G], the first and last tile of its units
-// (first > last: none); gsw as pair_rows'
-TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
-                                       const uint16_t* __restrict__ scales,
-                                       const uint32_t* __restrict__ table, const void* x, int dt,
-                                       float* __restrict__ part, int2* __restrict__ tiles_of,
-                                       int n_in, int nperiods, int ppb, int gsw, int nblocks) {
+// its walkers' added in walker order, and tiles_of [G], the first and last tile of its
+// units (first > last: none); gsw as pair_rows'. A walker is SUB adjacent warps walking
+// the same inputs, warp s of it decoding steps [16s/SUB, 16(s+1)/SUB) of each period
+// (32/SUB outputs a lane: SUB = 2 halves the registers, so NTHC = 1024 threads fit);
+// NTHC / 32 / SUB = 16 walkers a block either way.
+template <int SUB, int NTHC>
+TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
+                                         const uint16_t* __restrict__ scales,
+                                         const uint32_t* __restrict__ table, const void* x, int dt,
+                                         float* __restrict__ part, int2* __restrict__ tiles_of,
+                                         int n_in, int nperiods, int ppb, int gsw, int nblocks) {
     TQ_DYN_SMEM;
-    constexpr int W = NT / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int W = NTHC / 32 / SUB, VS = 16 / SUB, NO = 32 / SUB;  // walkers, steps, sums
+    static_assert(W == NT / 32, "the shared-memory layout holds 16 walkers' sums");
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) / SUB;  // warp: the walker
+    const int sub = (threadIdx.x >> 5) % SUB;  // its steps: [VS·sub, VS·(sub + 1))
+    const int o0 = 32 - NO * (sub + 1);  // its sums: outputs [o0, o0 + NO) of the period
+    constexpr int D = COLS_D / SUB > 0 ? COLS_D / SUB : 1;  // inputs' words in flight a warp
     float* red = reinterpret_cast<float*>(smem + RED_OFF);  // [W][32 lanes][RED_LANE]
     uint32_t* xq = reinterpret_cast<uint32_t*>(red + W * RED_WARP);  // [slots][gsw]
     const int tiles = (nperiods + 31) / 32;
@@ -454,7 +482,6 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
     const int i1 = (first ? c.ia : 0) + (int)((int64_t)sn * (ws + 1) / wn);
     const int tile = c.first + (first ? 0 : 1);
     // the slot of input i's group: i / 32 − ga (first tile), sa + i / 32 (the next)
-    const int slot0 = first ? -sl.ga : sl.sa;
     const int p = min(32 * tile + lane, nperiods - 1);
     const size_t nw = (size_t)nperiods * K;
     // period p's words of input i0's row and its next period's first word, walked a row
@@ -462,9 +489,9 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
     const int pb = p & (ppb - 1);
     const uint32_t* pf = words + (size_t)i0 * nw + K * p;
     const uint32_t* pn = pf + (pb == ppb - 1 ? K * (1 - ppb) : K);
-    uint32_t ring[COLS_D][K + 1];
+    uint32_t ring[D][K + 1];
 #pragma unroll
-    for (int d = 0; d < COLS_D; ++d) {
+    for (int d = 0; d < D; ++d) {
         if (i0 + d < i1) {
 #pragma unroll
             for (int j = 0; j < K; ++j) ring[d][j] = __ldg(pf + j);
@@ -473,8 +500,8 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
         pf += nw;
         pn += nw;
     }
-    load_table<NT>(table, smem);
-    quantize_slots(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs, NT);
+    load_table<NTHC>(table, smem);
+    quantize_slots(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs, NTHC);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
@@ -482,24 +509,21 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
     const int s0 = (first ? -sl.ga : sl.sa) + (i0 >> 5);
     const unsigned char* xb = reinterpret_cast<const unsigned char*>(xq + s0 * gsw) + (i0 & 31);
     const float* gsp = gs + s0;
-    float facc[32];
-    int acc[32];
+    float facc[NO];
+    int acc[NO];  // acc[j]: output o0 + j
 #pragma unroll
-    for (int o = 0; o < 32; ++o) { facc[o] = 0.f; acc[o] = 0; }
-    if (tb == TAB) {
-        for (int i = i0; i < i1; i += COLS_D) {
+    for (int o = 0; o < NO; ++o) { facc[o] = 0.f; acc[o] = 0; }
+    // the walk, its steps constants: one loop for each part of the period (SUB = 2)
+    auto walk = [&](auto part_c) {
+        constexpr int V0 = decltype(part_c)::value * VS;
+        for (int i = i0; i < i1; i += D) {
 #pragma unroll
-            for (int d = 0; d < COLS_D; ++d) {
+            for (int d = 0; d < D; ++d) {
                 const int ii = i + d;
                 if (ii >= i1) break;
                 const uint32_t xl = *xb++, xh = xl << 8;
-#pragma unroll
-                for (int v = 0; v < 16; ++v) {
-                    const uint32_t e = lds_abs(((window(ring[d], v) * HMUL) & AMASK) | lane4);
-                    acc[30 - 2 * v] = dp2a_lo(e, xl, acc[30 - 2 * v]);
-                    acc[31 - 2 * v] = dp2a_lo(e, xh, acc[31 - 2 * v]);
-                }
-                if (ii + COLS_D < i1) {  // the slot, once decoded, takes input ii + D
+                cols_steps<V0, VS>(ring[d], xl, xh, lane4, acc);
+                if (ii + D < i1) {  // the slot, once decoded, takes input ii + D
 #pragma unroll
                     for (int j = 0; j < K; ++j) ring[d][j] = __ldg(pf + j);
                     ring[d][K] = __ldg(pn);
@@ -510,18 +534,24 @@ TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols(const uint32_t* __restrict__ words,
                     const float sc = *gsp++;
                     xb += 4 * gsw - 32;
 #pragma unroll
-                    for (int o = 0; o < 32; ++o) {
+                    for (int o = 0; o < NO; ++o) {
                         facc[o] = fmaf(sc, (float)acc[o], facc[o]);
                         acc[o] = 0;
                     }
                 }
             }
         }
+    };
+    if (tb == TAB) {
+        if (SUB == 1 || sub == 0)
+            walk(IntC<0>{});
+        else
+            walk(IntC<1>{});
     }
 #pragma unroll
-    for (int o = 0; o < 32; ++o) red[warp * RED_WARP + RED_LANE * lane + o] = facc[o];
+    for (int o = 0; o < NO; ++o) red[warp * RED_WARP + RED_LANE * lane + o0 + o] = facc[o];
     __syncthreads();
-    for (int e = threadIdx.x; e < 2048; e += NT) {  // slot e / 1024, in warp order
+    for (int e = threadIdx.x; e < 2048; e += NTHC) {  // slot e / 1024, in walker order
         const int slot = e >> 10;
         float v = 0.f;
         const int i = RED_LANE * ((e >> 5) & 31) + (e & 31);
@@ -625,22 +655,25 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
 }
 
 // cols (axis 0), one input row: x [n_in] -> out [n_out] of dtype odt (words [n_in, nw] with
-// nw = n_out·k/32); part (nblocks·2048 floats + nblocks·2 ints) is the caller's scratch
+// nw = n_out·k/32); sub: warps a walker (1: 512 threads a block, 2: 1024); part
+// (nblocks·2048 floats + nblocks·2 ints) is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
-                 void* part, void* out, int odt, int n_in, int n_out, int T, float factor, int nblocks,
-                 void* stream) {
+                 void* part, void* out, int odt, int n_in, int n_out, int T, int sub, float factor,
+                 int nblocks, void* stream) {
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
     const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g); });
     if (!gsw) return -2;
     const size_t smem = cols_smem(n_in, n_out, nblocks, gsw);
-    const cudaError_t e = allow_smem(pair_cols, smem);
+    if (sub != 1 && sub != 2) return -1;
+    auto kern = sub == 1 ? pair_cols<1, NT> : pair_cols<2, 2 * NT>;
+    const cudaError_t e = allow_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     float* sums = (float*)part;
     int2* tiles_of = reinterpret_cast<int2*>(sums + (size_t)nblocks * 2048);
-    pair_cols<<<nblocks, NT, smem, st>>>((const uint32_t*)words, (const uint16_t*)scales,
-                                         (const uint32_t*)table, x, dt, sums, tiles_of, n_in,
-                                         nperiods, ppb, gsw, nblocks);
+    kern<<<nblocks, sub * NT, smem, st>>>((const uint32_t*)words, (const uint16_t*)scales,
+                                          (const uint32_t*)table, x, dt, sums, tiles_of, n_in,
+                                          nperiods, ppb, gsw, nblocks);
     const int tiles = (nperiods + 31) / 32;
     pair_cols_sum<<<(tiles * 1024 + NT - 1) / NT, NT, 0, st>>>(sums, tiles_of, Out{out, odt},
                                                              nperiods, ppb, factor, nblocks);
