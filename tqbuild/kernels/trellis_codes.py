@@ -16,8 +16,9 @@ e = bits [L − 9, L) of s·0x83DCD12D mod 2^32 of a 512-entry table of int16 pa
 is the step's first weight, the high half its second. Stored as the V = 1 bit
 layout with k bits a weight: the state of the step's SECOND weight (odd time) is
 the step's state. Its decode is a table lookup a two weights (runtime/pair_gemv.cu:
-~3.3 SASS instructions a weight against mul1's ~4.5, yet measured slower: latency-bound,
-bench/trellis_kernels-notes.md); measured on N(0, 1) at L = 16 its MSE is 2 % (k = 2)
+~2.9 SASS instructions a weight against mul1's ~4.5; on the H100 its rows kernel beats
+mul1's, its cols kernel does not: bench/trellis_kernels-notes.md, session 18); measured
+on N(0, 1) at L = 16 its MSE is 2 % (k = 2)
 and 9 % (k = 3) above mul1's, 55 % at k = 4 (bench/results/pair_code_study.json).
 """
 
