@@ -19,14 +19,17 @@
 // (v odd) low half of the group's int8 word 7 − v/2.
 //
 // `pair_rows` (axis 1): a persistent block asks for its first rows' words, fills the
-// table, quantizes x into shared memory (8 inputs a thread, quant8.cuh), then warps take
-// row groups of RB rows (WPR warps a group, lanes taking periods, two periods' words in
-// flight a lane). `pair_cols` (axis 0, stored row i = input i, M = 1): lane = a period
-// of output columns (a tile of 32 periods a warp), each warp a contiguous range of
-// (tile, input) units walked with D inputs' words in flight; the block quantizes the
-// inputs its units meet (x · the stored rows' scales) into shared memory first; the
-// warps' sums are added in the block in warp order, the blocks' partials by
-// `pair_cols_sum` in block order (deterministic).
+// table, quantizes x into shared memory (8 inputs a thread, quant8.cuh); with WPR = 1 each
+// warp then decodes its share of an even split of the rows (chunks of RB rows, then single
+// rows; lanes taking periods, two periods' words in flight a lane, across row ends), with
+// WPR > 1 row groups of RB rows go round the block's warps (WPR warps a group, summed in
+// shared memory). `pair_cols` (axis 0, stored row i = input i, M = 1): lane = a period of
+// output columns (a tile of 32 periods a walker of 1 or 2 warps), each walker a contiguous
+// range of (tile, input) units walked with D inputs' words in flight; the block quantizes
+// the inputs its units meet (x · the stored rows' scales) into shared memory first; the
+// walkers' sums are added in the block in walker order, the blocks' partials by
+// `pair_cols_sum` in block order (deterministic). Outputs in the caller's dtype (f32,
+// bf16, f16), rounded once.
 #include <cstdint>
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
