@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from typer._click.exceptions import ClickException
@@ -556,6 +556,12 @@ def interrupted(e: BaseException) -> bool:
     return isinstance(e, KeyboardInterrupt) or _signalled
 
 
+def _stop_interrupted() -> NoReturn:
+    """A command stopped by a signal: say so, exit 130 (no traceback)."""
+    typer.echo("interrupted", err=True)
+    raise SystemExit(130) from None
+
+
 def _stop_on_signals() -> None:
     """Every command (build, eval, sensitivity …) stops like Ctrl-C on SIGTERM, and on
     SIGINT even where it came in ignored (a job started in the background, `cmd &`)."""
@@ -581,12 +587,10 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(f"error: {e}", err=True)
         raise SystemExit(e.exit_code) from None
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise SystemExit(130) from None
+        _stop_interrupted()
     except OSError as e:
         if interrupted(e):
-            typer.echo("interrupted", err=True)
-            raise SystemExit(130) from None
+            _stop_interrupted()
         if e.filename is None:
             raise
         typer.echo(f"error: {str(e.filename)[:200]}: {describe_os_error(e)}\n  fix: check the path "
@@ -603,8 +607,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:
         if not interrupted(e):
             raise
-        typer.echo("interrupted", err=True)
-        raise SystemExit(130) from None
+        _stop_interrupted()
 
 
 if __name__ == "__main__":

@@ -484,7 +484,6 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
     const int i0 = (first ? c.ia : 0) + (int)((int64_t)sn * ws / wn);
     const int i1 = (first ? c.ia : 0) + (int)((int64_t)sn * (ws + 1) / wn);
     const int tile = c.first + (first ? 0 : 1);
-    // the slot of input i's group: i / 32 − ga (first tile), sa + i / 32 (the next)
     const int p = min(32 * tile + lane, nperiods - 1);
     const size_t nw = (size_t)nperiods * K;
     // period p's words of input i0's row and its next period's first word, walked a row
@@ -508,7 +507,8 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
-    // input i's int8 q: byte i % 32 of its group's slot; the slot's scale
+    // input i's int8 q: byte i % 32 of its group's slot — slot i / 32 − ga (first tile),
+    // sa + i / 32 (the next); the slot's scale
     const int s0 = (first ? -sl.ga : sl.sa) + (i0 >> 5);
     const unsigned char* xb = reinterpret_cast<const unsigned char*>(xq + s0 * gsw) + (i0 & 31);
     const float* gsp = gs + s0;
