@@ -1,0 +1,65 @@
+"""The decode kernels once each, for Nsight Compute to read (no timing here):
+
+    ncu --clock-control none -k regex:'pair_|rows|cols|affine' --section SpeedOfLight \
+        --section WarpStateStats --section Occupancy python bench/ncu_decode.py [--k 3]
+
+Runs, M = 1, random packed weights: the pair rows kernel on 8192 × 8192, the pair cols
+kernel (walkers of 1 and 2 warps) and the mul1 cols kernel on 5120 × 17408, the mul1 rows
+kernel on 8192 × 8192, and the 4-bit affine kernel on the 8B model's q/k/v (6144 × 4096)
+— each twice (the second is the one to read: its code and tables are warm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+
+from tqbuild.runtime import affine_cuda, pair_cuda  # noqa: E402
+from tqbuild.runtime import trellis_cuda as tc  # noqa: E402
+
+T = 256
+
+
+def packed(rows: int, cols: int, k: int, g: torch.Generator):
+    words = torch.randint(-2**31, 2**31 - 1, (rows, cols * k // 32), device="cuda",
+                          dtype=torch.int32, generator=g)
+    return words, (torch.rand(rows, device="cuda", generator=g) + 0.5).half()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--k", type=int, default=3)
+    k = ap.parse_args().k
+    g = torch.Generator(device="cuda").manual_seed(0)
+    runs = []
+    x = torch.randn(1, 8192, device="cuda", dtype=torch.bfloat16, generator=g)
+    w, s = packed(8192, 8192, k, g)
+    d = dict(k=k, T=T, axis=1, out_features=8192, in_features=8192)
+    runs.append(lambda: pair_cuda.matvec(x, w, s, L=16, **d))
+    runs.append(lambda: tc.matvec(x, w, s, code="mul1", L=12, **d))
+    xc = torch.randn(1, 17408, device="cuda", dtype=torch.bfloat16, generator=g)
+    wc, sc = packed(17408, 5120, k, g)
+    dc = dict(k=k, T=T, axis=0, out_features=5120, in_features=17408)
+    runs += [lambda sub=sub: pair_cuda.matvec(xc, wc, sc, L=16, cfg=(sub,), **dc)
+             for sub in (1, 2)]
+    runs.append(lambda: tc.matvec(xc, wc, sc, code="mul1", L=12, **dc))
+    xa = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
+    wa = torch.randint(-2**31, 2**31 - 1, (6144, 4096 // 8), device="cuda", dtype=torch.int32,
+                       generator=g)
+    sa = torch.rand(6144, 4096 // 64, device="cuda", generator=g).bfloat16()
+    ba = torch.rand(6144, 4096 // 64, device="cuda", generator=g).bfloat16()
+    runs.append(lambda: affine_cuda.matmul(xa, wa, sa, ba, 4, 64, 6144))
+    for f in runs:
+        f()
+        f()
+    torch.cuda.synchronize()
+    print("ran", len(runs), "decode calls twice")
+
+
+if __name__ == "__main__":
+    main()
