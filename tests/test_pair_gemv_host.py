@@ -139,13 +139,14 @@ def test_rows_warps_walk_chunks_then_single_rows(harnesses, tmp_path_factory, tm
 @pytest.mark.parametrize("kl", CASES)
 @pytest.mark.parametrize("n_in,n_out,T,blocks,gsw,sub", [
     (96, 1536, 256, 5, 12, 1), (64, 512, 64, 3, 8, 1), (160, 1024, 256, 2, 12, 1),
-    (96, 1536, 256, 5, 12, 2), (160, 1024, 256, 2, 8, 2)])
+    (96, 1536, 256, 5, 12, 2), (160, 1024, 256, 2, 8, 2), (32, 2048, 256, 72, 12, 1)])
 def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, n_in,
                                           n_out, T, blocks, gsw, sub):
     """Stored row i = input i; tiles of 32 periods (the last partly filled at 1536 outputs:
     48 periods), blocks whose unit ranges cross the tile boundary and start inside a group
     of inputs; warps walking more inputs than their words ring holds (160 inputs, 2 blocks);
-    walkers of one warp or of two (each half of the period's steps)."""
+    walkers of one warp or of two (each half of the period's steps); more blocks than
+    (tile, input) units (empty blocks between the ones the sum reads)."""
     k, L = kl
     exe = _exe(harnesses, tmp_path_factory, k, L)
     g = np.random.default_rng(n_in + k)

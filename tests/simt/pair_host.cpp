@@ -74,9 +74,9 @@ int main(int argc, char** argv) {
                          n_in, n_out / 32, T / 32, gsw, blocks);
       });
     const int tiles = (n_out / 32 + 31) / 32;
-    simt::launch((tiles * 1024 + NT - 1) / NT, 1, NT, [&] {
+    simt::launch((tiles * 1024 + SUM_NT - 1) / SUM_NT, 1, SUM_NT, [&] {
       const Out Om{reinterpret_cast<char*>(out.data()) + (size_t)m * n_out * osize, odt};
-      pair_cols_sum(part.data(), tiles_of.data(), Om, n_out / 32, T / 32, 1.0f, blocks);
+      pair_cols_sum(part.data(), tiles_of.data(), Om, n_in, n_out / 32, T / 32, 1.0f, blocks);
     });
   }
   return write(argv[2], out, odt);

@@ -49,7 +49,7 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 # against the declarations in pair_gemv.cu
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _P]),
-    "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _I, _P]),
+    "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
     "tq_pair_cols_smem": (_Z, [_I] * 3)}
 
@@ -140,12 +140,13 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     else:
         part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tiles_of
         sub, = cfg or (COLS_SUB,)
+        pdl = int(trellis_cuda.pdl(_index(x)))  # pair_cols_sum launched beside pair_cols' end
         rc = 0
         for m in range(M):
             rc = rc or lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                                         x[m].data_ptr(), dt, part.data_ptr(), out[m].data_ptr(),
                                         odt, in_features, out_features, T, sub, FACTOR, blocks,
-                                        stream)
+                                        pdl, stream)
     if rc != 0:
         raise RuntimeError(f"pair-code CUDA kernel launch failed (code {rc})")
     return out

@@ -38,6 +38,7 @@
 #define TQ_DEV __device__ __forceinline__
 #define TQ_GLOBAL __global__
 #define TQ_BOUNDS(n) __launch_bounds__(n)
+#include "pdl_launch.cuh"  // pdl_trigger, pdl_wait, launch
 #endif
 #include "quant8.cuh"
 #include "smem_abs.cuh"
@@ -463,6 +464,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                                          float* __restrict__ part, int2* __restrict__ tiles_of,
                                          int n_in, int nperiods, int ppb, int gsw, int nblocks) {
     TQ_DYN_SMEM;
+    pdl_trigger();  // pair_cols_sum may launch (it waits for this grid's end)
     constexpr int W = NTHC / 32 / SUB, VS = 16 / SUB, NO = 32 / SUB;  // walkers, steps, sums
     static_assert(W == NT / 32, "the shared-memory layout holds 16 walkers' sums");
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) / SUB;  // warp: the walker
@@ -566,21 +568,49 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                                                 : make_int2(c.first, c.first + (c.nb > 0));
 }
 
+// cols: the blocks whose units meet tile t (units [t·n_in, (t + 1)·n_in)) lie in [b0, b1]:
+// b0 the first whose units end past t·n_in, b1 the last whose units start before
+// (t + 1)·n_in (cols_split's bounds, from an estimate stepped to the exact edge)
+TQ_DEV int2 tile_blocks(int t, int n_in, int tiles, int nblocks) {
+    const int64_t U = (int64_t)tiles * n_in, G = nblocks;
+    auto lo = [&](int64_t b) { return U * b / G; };  // block b's first unit
+    const int64_t a = (int64_t)t * n_in, z = a + n_in;
+    int64_t b0 = a * G / U, b1 = z * G / U;
+    while (b0 > 0 && lo(b0) > a) --b0;
+    while (b0 + 1 < G && lo(b0 + 1) <= a) ++b0;  // lo(b0) ≤ a < lo(b0 + 1): b0 holds unit a
+    b1 = b1 < G ? b1 : G - 1;
+    while (b1 > 0 && lo(b1) >= z) --b1;
+    while (b1 + 1 < G && lo(b1 + 1) < z) ++b1;  // the last block starting before z
+    return make_int2((int)b0, (int)b1);
+}
+
 // cols, step 2: out [n_out] = Σ over blocks, in block order, of their sums of the
-// output's tile, × factor
-TQ_GLOBAL void TQ_BOUNDS(NT) pair_cols_sum(const float* __restrict__ part,
-                                           const int2* __restrict__ tiles_of,
-                                           Out out, int nperiods, int ppb,
-                                           float factor, int nblocks) {
-    const int e = blockIdx.x * NT + threadIdx.x;  // (tile, lane, o)
+// output's tile, × factor — only the blocks tile_blocks names, SUM_B loads in flight
+constexpr int SUM_B = 8, SUM_NT = 128;
+TQ_GLOBAL void TQ_BOUNDS(SUM_NT) pair_cols_sum(const float* __restrict__ part,
+                                               const int2* __restrict__ tiles_of,
+                                               Out out, int n_in, int nperiods, int ppb,
+                                               float factor, int nblocks) {
+    const int e = blockIdx.x * SUM_NT + threadIdx.x;  // (tile, lane, o)
     const int tiles = (nperiods + 31) / 32;
-    if (e >= tiles * 1024) return;
     const int t = e >> 10, lane = (e >> 5) & 31, o = e & 31, p = 32 * t + lane;
-    if (p >= nperiods) return;
+    pdl_wait();  // the cols kernel's sums
+    if (e >= tiles * 1024 || p >= nperiods) return;
+    const int2 r = tile_blocks(t, n_in, tiles, nblocks);
     float v = 0.f;
-    for (int b = 0; b < nblocks; ++b) {
-        const int2 tf = __ldg(tiles_of + b);
-        if (t >= tf.x && t <= tf.y) v += part[(size_t)b * 2048 + 1024 * (t - tf.x) + (e & 1023)];
+    for (int b = r.x; b <= r.y; b += SUM_B) {
+        float pv[SUM_B];
+        bool in[SUM_B];  // block b + j has sums of tile t (empty blocks: none)
+#pragma unroll
+        for (int j = 0; j < SUM_B; ++j) {
+            const int bj = min(b + j, r.y);
+            const int2 tf = __ldg(tiles_of + bj);
+            in[j] = b + j <= r.y && t >= tf.x && t <= tf.y;
+            pv[j] = in[j] ? __ldg(part + (size_t)bj * 2048 + 1024 * (t - tf.x) + (e & 1023)) : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < SUM_B; ++j)
+            if (in[j]) v += pv[j];
     }
     put(out, 32 * group_of(p, ppb) + o, v * factor);
 }
@@ -662,7 +692,7 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
 // (nblocks·2048 floats + nblocks·2 ints) is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
                  void* part, void* out, int odt, int n_in, int n_out, int T, int sub, float factor,
-                 int nblocks, void* stream) {
+                 int nblocks, int pdl, void* stream) {
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
     const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g); });
@@ -678,9 +708,10 @@ int tq_pair_cols(const void* words, const void* scales, const void* table, const
                                           (const uint32_t*)table, x, dt, sums, tiles_of, n_in,
                                           nperiods, ppb, gsw, nblocks);
     const int tiles = (nperiods + 31) / 32;
-    pair_cols_sum<<<(tiles * 1024 + NT - 1) / NT, NT, 0, st>>>(sums, tiles_of, Out{out, odt},
-                                                             nperiods, ppb, factor, nblocks);
-    return (int)cudaGetLastError();
+    const int rc = (int)cudaGetLastError();
+    return rc ? rc : launch(pair_cols_sum, (tiles * 1024 + SUM_NT - 1) / SUM_NT, SUM_NT, 0, st,
+                            pdl != 0, (const float*)sums, (const int2*)tiles_of, Out{out, odt},
+                            n_in, nperiods, ppb, factor, nblocks);
 }
 
 }  // extern "C"

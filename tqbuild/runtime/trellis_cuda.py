@@ -266,7 +266,7 @@ def rows_kernel(lib: ctypes.CDLL, M: int, in_features: int, T: int, cfg: dict | 
 
 
 @functools.cache
-def _pdl(device: int) -> bool:
+def pdl(device: int) -> bool:
     """Programmatic dependent launch: sm_90+ and not switched off."""
     return (os.environ.get("TQBUILD_PDL", "1") != "0"
             and torch.cuda.get_device_capability(device) >= (9, 0))
@@ -311,11 +311,11 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     kind = rows_kernel(lib, M, in_features, T, cfg, rows) if axis == 1 else "cols"
     c = cfg or {}
     dev = x.device.index or 0
-    pdl = int(c.get("pdl", _pdl(dev)))
+    use_pdl = int(c.get("pdl", pdl(dev)))
     if kind == "tc":
         ws = _workspace(x, in_features)
         _check(lib.tq_gemv_rows_tc(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
-                                   DTYPES[x.dtype], out.data_ptr(), odt, ws.data_ptr(), pdl, M,
+                                   DTYPES[x.dtype], out.data_ptr(), odt, ws.data_ptr(), use_pdl, M,
                                    rows, nw, in_features, T, int(c.get("warps", TC_WARPS)), factor,
                                    st), "rows (tc)")
         return out
@@ -330,7 +330,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
         qx = _workspace(x, in_features) if r["prequant"] else None
         _check(lib.tq_gemv_rows_fused(words.data_ptr(), scales.data_ptr(), x.data_ptr(),
                                       DTYPES[x.dtype], out.data_ptr(), odt,
-                                      None if qx is None else qx.data_ptr(), pdl, M, rows, nw,
+                                      None if qx is None else qx.data_ptr(), use_pdl, M, rows, nw,
                                       in_features, T, r["RB"], r["warps"], r["rgb"], r["bps"],
                                       factor, st), "rows")
         return out
@@ -339,13 +339,13 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
         part = _partials(x, rows, per, out_features)
         ws = _workspace(x, in_features)
         _check(lib.tq_gemv_cols_tc(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
-                                   scales.data_ptr(), ws.data_ptr(), pdl, part.data_ptr(),
+                                   scales.data_ptr(), ws.data_ptr(), use_pdl, part.data_ptr(),
                                    out.data_ptr(), odt, M, rows, nw, out_features, T, per,
                                    int(c.get("warps", COLS_TC_WARPS)), factor, st), "cols (tc)")
         return out
     per = cols_per(rows, out_features, M, lib, cfg)
     part = _partials(x, rows, per, out_features)
     _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
-                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, pdl, M, rows,
+                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, use_pdl, M, rows,
                             nw, out_features, T, per, factor, st), "cols")
     return out
