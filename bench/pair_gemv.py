@@ -37,7 +37,8 @@ from tqbuild.runtime import trellis_cuda as tc  # noqa: E402
 L_PAIR, L_MUL1, T = 16, 12, 256
 # name: (out_features, in_features, axis)
 SHAPES = {"8192x8192": (8192, 8192, 1), "gate": (17408, 5120, 1), "down": (5120, 17408, 0),
-          "q8b": (4096, 4096, 1), "gate8b": (14336, 4096, 1), "down8b": (4096, 14336, 0)}
+          "q8b": (4096, 4096, 1), "gate8b": (14336, 4096, 1), "down8b": (4096, 14336, 0),
+          "gateup8b": (28672, 4096, 1)}  # the 8B model's gate and up in one call
 ROWS_CFGS: dict[int, list[tuple[int, int, int]]] = {}  # M: the library's (rb, wpr, threads)
 for _M, _rb, _wpr, _nth in pair_cuda.ROWS_INSTANCES:
     ROWS_CFGS.setdefault(_M, []).append((_rb, _wpr, _nth))

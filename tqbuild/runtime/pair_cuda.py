@@ -50,7 +50,7 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
-    "tq_pair_rows_smem": (_Z, [_I] * 4),
+    "tq_pair_rows_smem": (_Z, [_I] * 6),
     "tq_pair_cols_smem": (_Z, [_I] * 3)}
 
 
@@ -110,7 +110,8 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
         return False
     if axis == 1:
         rb, _, nth = ROWS_CFG[M]
-        need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
+        need = lib.tq_pair_rows_smem(M, in_features, rb, nth, out_features,
+                                     _sm_count(_index(x)))
     else:
         need = lib.tq_pair_cols_smem(in_features, out_features, _sm_count(_index(x)))
     return need <= trellis_cuda.SMEM_LIMIT

@@ -346,6 +346,6 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     per = cols_per(rows, out_features, M, lib, cfg)
     part = _partials(x, rows, per, out_features)
     _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
-                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, use_pdl, M, rows,
-                            nw, out_features, T, per, factor, st), "cols")
+                            scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, use_pdl, M,
+                            rows, nw, out_features, T, per, factor, st), "cols")
     return out
