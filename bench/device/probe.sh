@@ -4,7 +4,8 @@
 # tests/test_pair_cuda.py (TESTS_S seconds, 0 skips; TESTS_K selects; under VAR_FLAGS where
 # TESTS_VAR=1), bench/pair_gemv.py (PAIR_ARGS; again under VAR_FLAGS with VAR_ARGS), the pair
 # cols ring depths in COLS_D (e.g. "8"), DECODE=1 the 8B-shaped decode (DECODE_ONLY, pair
-# flags DECODE_FLAGS), and Nsight Compute over bench/ncu_decode.py (NCU=1; NCU_FLAGS: the
+# flags DECODE_FLAGS), the affine kernel under AFF_VARIANTS (';'-separated define sets),
+# and Nsight Compute over bench/ncu_decode.py (NCU=1; NCU_FLAGS: the
 # pair flags) — within END_S.
 set -o pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
@@ -54,6 +55,11 @@ for d in ${COLS_D:-}; do
     --shapes down,down8b --tag="$TAG-d$d" 2>&1 | summ "D=$d"
   cp bench/results/pair_gemv-cuda$TAG-d$d.json "$OUT/" 2>/dev/null
 done
+if [ -n "${AFF_VARIANTS:-}" ]; then  # the affine kernel under define sets (q/k/v and q shapes)
+  timeout "$(( $(left) / 3 ))" python3 bench/affine_gemv.py --variants "$AFF_VARIANTS" \
+    --shapes qkv,q --ms 1 --tag="$TAG" 2>&1 | tail -12 | cut -c1-250
+  cp bench/results/affine_gemv-cuda$TAG-variants.json "$OUT/" 2>/dev/null
+fi
 if [ "${DECODE:-0}" = 1 ] && [ "$(left)" -gt 120 ]; then
   TQBUILD_PAIR_FLAGS="${DECODE_FLAGS:-}" TORCHINDUCTOR_ENABLE_PDL=1 timeout "$(left)" \
     python3 bench/decode_8b.py --compile --no-eager \
