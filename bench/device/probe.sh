@@ -28,6 +28,7 @@ jobs += [lambda k=k, L=L: nvcc.build(pair_cuda.SOURCE, [f'-DTQ_K={k}', f'-DTQ_L=
 jobs += [lambda k=k: tc.library(k, 12, 'mul1') for k in (2, 3, 4)]
 jobs += [lambda d=d: nvcc.build(pair_cuda.SOURCE, ['-DTQ_K=3', '-DTQ_L=16', f'-DTQ_PAIR_COLS_D={d}']) for d in '${COLS_D:-}'.split()]
 jobs += [affine_cuda._library]
+jobs += [lambda f=f: nvcc.build(affine_cuda.SOURCE, f.split()) for f in '${AFF_VARIANTS:-}'.split(';') if f]
 with P(12) as ex: print([type(r).__name__ for r in ex.map(lambda f: f(), jobs)])
 print('built', round(time.time() - t, 1), 's')" 2>&1 | tail -3
 if [ "${TESTS_S:-120}" -gt 0 ]; then
