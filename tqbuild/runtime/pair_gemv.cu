@@ -84,8 +84,13 @@ constexpr int COLS_D = TQ_PAIR_COLS_D;
                               // over the blocks, the block's (unit, period) items over its warps
 #endif
 constexpr int ROWS_SPLIT = TQ_PAIR_ROWS_SPLIT;
+#ifndef TQ_PAIR_ROWS_PF
+#define TQ_PAIR_ROWS_PF 0  // pair_rows, WPR = 1: items ahead of its load a lane asks the L2 for
+#endif                     // its words (prefetch.global.L2; 0: none)
+constexpr int ROWS_PF = TQ_PAIR_ROWS_PF;
 
 #ifdef __CUDACC__
+TQ_DEV void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) { return __dp2a_lo((int)e, (int)x, c); }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return __dp2a_hi((int)e, (int)x, c); }
 TQ_DEV float half_of(const uint16_t* s, int i) {
@@ -97,6 +102,7 @@ TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) {
            (int16_t)(e >> 16) * (int8_t)((x >> 8) & 0xFF);
 }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return dp2a_lo(e, x >> 16, c); }
+TQ_DEV void prefetch_l2(const void*) {}
 TQ_DEV float half_of(const uint16_t* s, int i) { return simt::f16_float(s[i]); }
 TQ_DEV uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, int sh) {
     return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh & 31));
@@ -361,6 +367,15 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                                   xq, gs, lane4, reinterpret_cast<float (&)[1][M]>(facc), p < ng);
             load_item(lu, lit, slot);
             next(lu, lit);
+            if (ROWS_PF) {  // the words of the item ROWS_PF after the next to load, to the L2
+                int pu = lu, pit = lit + ROWS_PF;
+                while (pit >= nit) { pit -= nit; ++pu; }
+                const int pp = lane + 32 * pit;
+                if (pu < nu && pp < ng) {
+                    const int rn = pu < nc ? RB : 1, pr = lo + (pu < nc ? pu * RB : nc * RB + pu - nc);
+                    for (int r = 0; r < rn; ++r) prefetch_l2(words + (size_t)(pr + r) * nw + K * pp);
+                }
+            }
             if (dit == nit - 1 || (ROWS_SPLIT && f == i1 - 1)) {
                 const int r0 = lo + (du < nc ? du * RB : nc * RB + du - nc);
                 int e;
