@@ -22,11 +22,15 @@ t = time.time()
 from tqbuild.runtime import pair_cuda, trellis_cuda as tc, affine_cuda
 from tqbuild.kernels import nvcc
 pair = lambda k, L, f: nvcc.build(pair_cuda.SOURCE, [f'-DTQ_K={k}', f'-DTQ_L={L}'] + f.split())
-jobs = [lambda k=k, L=L: pair(k, L, '${TEST_FLAGS:-}') for k, L in ((2, 16), (3, 16), (4, 16), (3, 12))]
-jobs += [lambda k=k, f=f: pair(k, 16, f) for k in (3, 4) for f in ['', '${DECODE_FLAGS:-}'] + '${VAR_SETS:-}'.split(';')]
+keys = {(k, L, ' '.join('${TEST_FLAGS:-}'.split())) for k, L in ((2, 16), (3, 16), (4, 16), (3, 12))}
+keys |= {(k, 16, ' '.join(f.split())) for k in (3, 4) for f in ['', '${DECODE_FLAGS:-}'] + '${VAR_SETS:-}'.split(';')}
+jobs = [lambda c=c: pair(*c) for c in sorted(keys)]
 jobs += [lambda k=k: tc.library(k, 12, 'mul1') for k in (2, 3, 4)]
 jobs += [affine_cuda._library]
 jobs += [lambda f=f: nvcc.build(affine_cuda.SOURCE, f.split()) for f in '${AFF_VARIANTS:-}'.split(';') if f]
+if '${DECODE:-0}' == '1':  # the decode's: launched with PDL behind inductor's kernels
+    jobs += [lambda k=k: nvcc.build(tc.SOURCE, [f'-DTQ_K={k}', '-DTQ_L=12', f'-DTQ_CODE={tc.CODE_IDS["mul1"]}', '-DTQ_PDL_IN=1']) for k in (3,)]
+    jobs += [lambda: nvcc.build(affine_cuda.SOURCE, ['-DTQ_AFF_PDL=1'])]
 with P(16) as ex: print([type(r).__name__ for r in ex.map(lambda f: f(), jobs)])
 print('built', len(jobs), 'in', round(time.time() - t, 1), 's')" 2>&1 | tail -3
 if [ "${TESTS_S:-120}" -gt 0 ]; then
