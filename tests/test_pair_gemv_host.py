@@ -22,14 +22,12 @@ def harnesses(tmp_path_factory) -> dict:
     return {}
 
 
-def _exe(harnesses, tmp_path_factory, k: int, L: int, split: int | None = None) -> Path:
-    """The (k, L) harness; split: TQ_PAIR_ROWS_SPLIT (None: the source's default)."""
-    if (k, L, split) not in harnesses:
-        defines = (f"TQ_K={k}", f"TQ_L={L}") + (() if split is None else
-                                                  (f"TQ_PAIR_ROWS_SPLIT={split}",))
-        harnesses[k, L, split] = simt_harness.build(
-            "pair_host", "tqbuild/runtime", tmp_path_factory.mktemp(f"pair{k}{L}"), defines)
-    return harnesses[k, L, split]
+def _exe(harnesses, tmp_path_factory, k: int, L: int) -> Path:
+    if (k, L) not in harnesses:
+        harnesses[k, L] = simt_harness.build("pair_host", "tqbuild/runtime",
+                                             tmp_path_factory.mktemp(f"pair{k}{L}"),
+                                             (f"TQ_K={k}", f"TQ_L={L}"))
+    return harnesses[k, L]
 
 
 def quantize(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -70,18 +68,16 @@ def _case(k, L, rows, n, T, M, seed):
     return words, scales, x, w16
 
 
-@pytest.mark.parametrize("split", [0, 1])
 @pytest.mark.parametrize("kl", CASES)
 @pytest.mark.parametrize("M,rb,wpr,nth,gsw", [(1, 2, 1, 512, 12), (1, 2, 2, 512, 8),
                                               (3, 1, 1, 512, 12), (2, 2, 1, 512, 8),
                                               (1, 2, 1, 1024, 12), (4, 1, 2, 512, 12)])
 def test_rows_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, M, rb, wpr,
-                                          nth, gsw, split):
+                                          nth, gsw):
     """37 rows (a last row group partly filled), 3 blocks of 16 or 32 warps: warps without
-    rows, row groups taken in a second round, both group layouts in shared memory; both
-    splits of the rows (over the grid's warps; over the blocks, items over the warps)."""
+    rows, row groups taken in a second round, both group layouts in shared memory."""
     k, L = kl
-    exe = _exe(harnesses, tmp_path_factory, k, L, split)
+    exe = _exe(harnesses, tmp_path_factory, k, L)
     rows, n, T = 37, 512, 256
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 100 + M * 10 + rb + wpr + gsw)
     q, gs = quantize(x)  # [M, n/32, 32], [M, n/32]
@@ -122,17 +118,15 @@ def test_half_outputs_are_the_float_outputs_rounded(harnesses, tmp_path_factory,
     assert np.isfinite(half).all() and np.array_equal(half, _round_to(f32, odt))
 
 
-@pytest.mark.parametrize("split", [0, 1])
 @pytest.mark.parametrize("kl", CASES)
 @pytest.mark.parametrize("M,rb,nth", [(1, 4, 512), (2, 2, 512), (1, 2, 1024)])
 def test_rows_warps_walk_chunks_then_single_rows(harnesses, tmp_path_factory, tmp_path, kl, M,
-                                                 rb, nth, split):
+                                                 rb, nth):
     """Warps owning 9–10 rows (chunks of RB rows, then the rest one at a time), 48
     periods a row (a lane's second period idle on half the lanes): the two word slots
-    run across the ends of rows; split 1: a block's 150–309 rows, its warps' item ranges
-    starting and ending inside units (partials added in the block)."""
+    run across the ends of rows."""
     k, L = kl
-    exe = _exe(harnesses, tmp_path_factory, k, L, split)
+    exe = _exe(harnesses, tmp_path_factory, k, L)
     rows, n, T = 301 if nth == 512 else 617, 1536, 256
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 7 + M + rb)
     q, gs = quantize(x)

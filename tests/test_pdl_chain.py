@@ -7,6 +7,8 @@ would see the last replay's). The CUDA cases run on a GPU only."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -25,13 +27,13 @@ def affine(g: torch.Generator, out_f: int, in_f: int, bits: int = 4) -> AffineLi
     return AffineLinear(words, scales, (-(2 ** (bits - 1)) * scales.float()).bfloat16(), bits, 64)
 
 
-def trellis(rows: int, cols: int, axis: int, seed: int) -> TrellisLinear:
+def trellis(rows: int, cols: int, axis: int, seed: int, code: str = "mul1") -> TrellisLinear:
     rng = np.random.default_rng(seed)
     words = rng.integers(0, 2**32, (rows, cols * 3 // 32), dtype=np.uint32)
     scales = (rng.random(rows) * 0.02 + 0.01).astype(np.float16)
     entry = {"bits": 3, "group_size": 256, "mode": "trellis",
-             "trellis": {"L": 12, "code": "mul1", "axis": axis, "interleave": False,
-                         "version": 2}}
+             "trellis": {"L": 16 if code == "pair" else 12, "code": code, "axis": axis,
+                         "interleave": False, "version": 3 if code == "pair" else 2}}
     return TrellisLinear(torch.from_numpy(words.view(np.int32)), torch.from_numpy(scales), entry)
 
 
@@ -39,17 +41,25 @@ def modules() -> dict:
     g = torch.Generator().manual_seed(3)
     return {"affine4": affine(g, 1536, 1024), "affine8": affine(g, 1024, 1024, bits=8),
             "trellis-rows": trellis(2048, 1024, 1, 1),  # out 2048, in 1024
-            "trellis-cols": trellis(4096, 1024, 0, 2)}  # stored [in 4096, out 1024]
+            "trellis-cols": trellis(4096, 1024, 0, 2),  # stored [in 4096, out 1024]
+            "pair-rows": trellis(2048, 1024, 1, 3, "pair"),
+            "pair-cols": trellis(4096, 1024, 0, 4, "pair")}
 
 
 @needs_cuda
-@pytest.mark.parametrize("name", ["affine4", "affine8", "trellis-rows", "trellis-cols"])
+@pytest.mark.parametrize("name", ["affine4", "affine8", "trellis-rows", "trellis-cols",
+                                  "pair-rows", "pair-cols"])
 def test_compiled_chain_with_pdl_equals_eager(name, monkeypatch):
     import torch._inductor.config as ind
+
+    from tqbuild.runtime import affine_cuda, pair_cuda, trellis_cuda
 
     if not hasattr(ind.triton, "enable_pdl"):
         pytest.skip("this torch's inductor has no PDL")
     monkeypatch.setattr(ind.triton, "enable_pdl", True)
+    monkeypatch.setattr(pair_cuda, "_libs", {})  # built again, now with TQ_PDL_IN
+    monkeypatch.setattr(trellis_cuda, "_libs", {})
+    monkeypatch.setattr(affine_cuda, "_library", functools.cache(affine_cuda._library.__wrapped__))
     torch._dynamo.reset()
     mod = modules()[name].cuda()
 

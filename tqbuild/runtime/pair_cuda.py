@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import torch
 
 from ..kernels import nvcc
 from ..kernels.trellis_codes import PAIR_CODES
-from . import trellis_cuda
+from . import gpu_info, trellis_cuda
 from .act_int8 import GROUP
 
 SOURCE = Path(__file__).with_name("pair_gemv.cu")
@@ -48,14 +47,15 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 # the library's C entry points: (result, arguments) — tests/test_pair_cuda.py checks them
 # against the declarations in pair_gemv.cu
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
-    "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _P]),
+    "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
-    "tq_pair_rows_smem": (_Z, [_I] * 6),
+    "tq_pair_rows_smem": (_Z, [_I] * 4),
     "tq_pair_cols_smem": (_Z, [_I] * 3)}
 
 
 def _load(k: int, L: int) -> ctypes.CDLL:
-    extra = os.environ.get("TQBUILD_PAIR_FLAGS", "").split()  # benchmark sweeps only
+    # TQBUILD_PAIR_FLAGS: benchmark sweeps; TQ_PDL_IN follows inductor's PDL
+    extra = gpu_info.pdl_defines("TQBUILD_PAIR_FLAGS", "TQ_PDL_IN")
     dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}", *extra])
     for name, (res, args) in SIGNATURES.items():
         f = getattr(dll, name)
@@ -110,8 +110,7 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
         return False
     if axis == 1:
         rb, _, nth = ROWS_CFG[M]
-        need = lib.tq_pair_rows_smem(M, in_features, rb, nth, out_features,
-                                     _sm_count(_index(x)))
+        need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
     else:
         need = lib.tq_pair_cols_smem(in_features, out_features, _sm_count(_index(x)))
     return need <= trellis_cuda.SMEM_LIMIT
@@ -132,16 +131,16 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     blocks = _sm_count(_index(x))
     table = _table(x.device)
     stream = nvcc.stream_of(x)
+    pdl = int(trellis_cuda.pdl(_index(x)))  # programmatic dependent launch where built for it
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1:
         rb, wpr, nth = cfg or ROWS_CFG[M]  # type: ignore[misc]
         rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                               x.data_ptr(), dt, out.data_ptr(), odt, M, out_features, in_features,
-                              T, rb, wpr, nth, FACTOR, blocks, stream)
+                              T, rb, wpr, nth, FACTOR, blocks, pdl, stream)
     else:
         part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tiles_of
         sub, = cfg or (COLS_SUB,)
-        pdl = int(trellis_cuda.pdl(_index(x)))  # pair_cols_sum launched beside pair_cols' end
         rc = 0
         for m in range(M):
             rc = rc or lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),

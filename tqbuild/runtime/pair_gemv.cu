@@ -79,18 +79,13 @@ constexpr int GSW_PAD = 12, GSW_TIGHT = 8;
 #define TQ_PAIR_COLS_D 4  // pair_cols: inputs' words in flight a walker (SUB = 2: D / 2 a warp)
 #endif
 constexpr int COLS_D = TQ_PAIR_COLS_D;
-#ifndef TQ_PAIR_ROWS_SPLIT
-#define TQ_PAIR_ROWS_SPLIT 0  // pair_rows, WPR = 1: 0 rows split over the grid's warps; 1 rows
-                              // over the blocks, the block's (unit, period) items over its warps
+#ifndef TQ_PDL_IN
+#define TQ_PDL_IN 0  // 1: pair_rows and pair_cols launched with programmatic dependent launch
+                     // (runtime/gpu_info.pdl_defines: where inductor's kernels trigger early);
+                     // either way they wait for the kernel before them only to read x
 #endif
-constexpr int ROWS_SPLIT = TQ_PAIR_ROWS_SPLIT;
-#ifndef TQ_PAIR_ROWS_PF
-#define TQ_PAIR_ROWS_PF 0  // pair_rows, WPR = 1: items ahead of its load a lane asks the L2 for
-#endif                     // its words (prefetch.global.L2; 0: none)
-constexpr int ROWS_PF = TQ_PAIR_ROWS_PF;
 
 #ifdef __CUDACC__
-TQ_DEV void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) { return __dp2a_lo((int)e, (int)x, c); }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return __dp2a_hi((int)e, (int)x, c); }
 TQ_DEV float half_of(const uint16_t* s, int i) {
@@ -102,7 +97,6 @@ TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) {
            (int16_t)(e >> 16) * (int8_t)((x >> 8) & 0xFF);
 }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return dp2a_lo(e, x >> 16, c); }
-TQ_DEV void prefetch_l2(const void*) {}
 TQ_DEV float half_of(const uint16_t* s, int i) { return simt::f16_float(s[i]); }
 TQ_DEV uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, int sh) {
     return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh & 31));
@@ -271,10 +265,6 @@ TQ_DEV void reload(uint32_t (&slot)[RB][K + 1], const uint32_t* const (&wrow)[RB
 
 }  // namespace
 
-// of nw warps taking items [N·w/nw, N·(w+1)/nw), the one that holds item a (the last whose
-// range starts at or before a: ⌈(a + 1)·nw / N⌉ − 1)
-TQ_DEV int first_warp(int a, int N, int nw) { return (int)(((int64_t)(a + 1) * nw + N - 1) / N) - 1; }
-
 // x [M, n] (dtype 0 f32, 1 bf16, 2 f16) -> out [M, rows] (· row scale · factor, in out's dtype);
 // gsw: GSW_PAD or GSW_TIGHT (what fits)
 template <int M, int RB, int WPR, int NTH>
@@ -304,19 +294,12 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
             if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
         }
     };
-    // WPR == 1: rows [lo, hi) are decoded as units — nc chunks of RB rows, then the rows
-    // left one at a time — each of nit items (a period a lane); a warp takes items [i0, i1)
-    // of them, its two slots running over its item stream, across unit ends. ROWS_SPLIT 0:
-    // [lo, hi) is the warp's share of an even split of the rows over the grid's warps, all
-    // its items; 1: the block's share over the grid's blocks, an even split of its items
-    // over its warps (sums of a unit split between warps added in the block, in warp order)
-    const int gw = ROWS_SPLIT ? blockIdx.x : blockIdx.x * RGB + rg;
-    const int W = ROWS_SPLIT ? nblocks : nblocks * RGB;
+    // WPR == 1: warp gw owns rows [lo, hi) of an even split, decoded as units — nc chunks
+    // of RB rows, then the nt < RB rows left one at a time — each of nit items (a period
+    // a lane); the two slots run over the warp's item stream, across unit ends
+    const int gw = blockIdx.x * RGB + rg, W = nblocks * RGB;
     const int lo = (int)((int64_t)rows * gw / W), hi = (int)((int64_t)rows * (gw + 1) / W);
     const int nc = (hi - lo) / RB, nu = nc + (hi - lo) - nc * RB, nit = (ng + 31) >> 5;
-    const int nits = nu * nit;  // the items of [lo, hi)
-    const int i0 = ROWS_SPLIT ? (int)((int64_t)nits * warp / RGB) : 0;
-    const int i1 = ROWS_SPLIT ? (int)((int64_t)nits * (warp + 1) / RGB) : nits;
     auto load_item = [&](int u, int it, uint32_t (&slot)[RB][K + 1]) {
         const int p = lane + 32 * it;
         if (u >= nu || p >= ng) return;
@@ -327,7 +310,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
             load_words(words + (size_t)(lo + nc * RB + u - nc) * nw, p, ppb, slot[0]);
         }
     };
-    int lu = i0 / nit, lit = i0 - lu * nit;  // the next item to load
+    int lu = 0, lit = 0;  // the next item to load
     auto next = [&](int& u, int& it) {
         if (++it == nit) { it = 0; ++u; }
     };
@@ -340,6 +323,8 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
         start((b_first + rg) * RB);
     }
     load_table<NTH>(table, smem);
+    pdl_wait();  // x: the kernel before this one's (under PDL; the words on their way)
+    pdl_trigger();  // after the wait: a kernel launched early may rely on all before this one
     quantize_slots(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
@@ -355,10 +340,10 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
         for (int r = 0; r < RB; ++r)
 #pragma unroll
             for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
-        int du = i0 / nit, dit = i0 - i0 / nit * nit;  // the item decoded
+        int du = 0, dit = 0;  // the item decoded
         // decode the item in `slot`, reload it with the next item to load; at a unit's end
-        // (or, ROWS_SPLIT, the warp's last item) its sums go out (into the block's partials)
-        auto item = [&](uint32_t (&slot)[RB][K + 1], int f) {
+        // its sums go out
+        auto item = [&](uint32_t (&slot)[RB][K + 1]) {
             const int p = lane + 32 * dit, pc = min(p, ng - 1);  // every lane decodes
             if (du < nc)
                 rows_period<M, RB>(slot, pc, ppb, ng, gsw, xq, gs, lane4, facc, p < ng);
@@ -367,26 +352,13 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                                   xq, gs, lane4, reinterpret_cast<float (&)[1][M]>(facc), p < ng);
             load_item(lu, lit, slot);
             next(lu, lit);
-            if (ROWS_PF) {  // the words of the item ROWS_PF after the next to load, to the L2
-                int pu = lu, pit = lit + ROWS_PF;
-                while (pit >= nit) { pit -= nit; ++pu; }
-                const int pp = lane + 32 * pit;
-                if (pu < nu && pp < ng) {
-                    const int rn = pu < nc ? RB : 1, pr = lo + (pu < nc ? pu * RB : nc * RB + pu - nc);
-                    for (int r = 0; r < rn; ++r) prefetch_l2(words + (size_t)(pr + r) * nw + K * pp);
-                }
-            }
-            if (dit == nit - 1 || (ROWS_SPLIT && f == i1 - 1)) {
+            if (dit == nit - 1) {
                 const int r0 = lo + (du < nc ? du * RB : nc * RB + du - nc);
                 int e;
                 const float v = warp_sums<RB * M>(reinterpret_cast<float (&)[RB * M]>(facc), lane, e);
                 const int r = e / M, m = e - r * M;  // lanes of one sum: the lowest writes
-                if (e < (du < nc ? RB : 1) * M && (lane & (32 / pow2_ceil(RB * M) - 1)) == 0) {
-                    if (ROWS_SPLIT)  // slot: the warp's place among the unit's warps
-                        red[(du * nit + warp - first_warp(du * nit, nits, RGB)) * RB * M + e] = v;
-                    else
-                        put(out, (size_t)m * rows + r0 + r, v * half_of(scales, r0 + r) * factor);
-                }
+                if (e < (du < nc ? RB : 1) * M && (lane & (32 / pow2_ceil(RB * M) - 1)) == 0)
+                    put(out, (size_t)m * rows + r0 + r, v * half_of(scales, r0 + r) * factor);
 #pragma unroll
                 for (int r2 = 0; r2 < RB; ++r2)
 #pragma unroll
@@ -394,22 +366,10 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
             }
             next(du, dit);
         };
-        for (int f = i0; f < i1; f += 2) {
-            item(wa, f);
-            if (f + 1 == i1) break;
-            item(wb, f + 1);
-        }
-        if (ROWS_SPLIT) {  // unit u's partials: slots 0 … (its last item's warp − its first's)
-            __syncthreads();
-            for (int t = threadIdx.x; t < nu * RB * M; t += NTH) {
-                const int u = t / (RB * M), e = t - u * RB * M, r = e / M, m = e - r * M;
-                if (r >= (u < nc ? RB : 1)) continue;
-                const int a = u * nit, ns = first_warp(a + nit - 1, nits, RGB) - first_warp(a, nits, RGB) + 1;
-                float v = 0.f;
-                for (int j = 0; j < ns; ++j) v += red[(a + j) * RB * M + e];
-                const int row = lo + (u < nc ? u * RB : nc * RB + u - nc) + r;
-                put(out, (size_t)m * rows + row, v * half_of(scales, row) * factor);
-            }
+        for (int f = 0; f < nu * nit; f += 2) {
+            item(wa);
+            if (f + 1 == nu * nit) break;
+            item(wb);
         }
     } else {
         for (int b0 = b_first; b0 < nrg; b0 += nblocks * RGB) {
@@ -511,7 +471,6 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                                          float* __restrict__ part, int2* __restrict__ tiles_of,
                                          int n_in, int nperiods, int ppb, int gsw, int nblocks) {
     TQ_DYN_SMEM;
-    pdl_trigger();  // pair_cols_sum may launch (it waits for this grid's end)
     constexpr int W = NTHC / 32 / SUB, VS = 16 / SUB, NO = 32 / SUB;  // walkers, steps, sums
     static_assert(W == NT / 32, "the shared-memory layout holds 16 walkers' sums");
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) / SUB;  // warp: the walker
@@ -552,6 +511,8 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
         pn += nw;
     }
     load_table<NTHC>(table, smem);
+    pdl_wait();  // x: the kernel before this one's (under PDL)
+    pdl_trigger();  // pair_cols_sum (and, under PDL, later kernels) may launch
     quantize_slots(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs, NTHC);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
@@ -662,12 +623,9 @@ TQ_GLOBAL void TQ_BOUNDS(SUM_NT) pair_cols_sum(const float* __restrict__ part,
     put(out, 32 * group_of(p, ppb) + o, v * factor);
 }
 
-// dynamic shared memory of a rows launch: the table, x quantized, the warps' sums (WPR > 1)
-// or, ROWS_SPLIT, the block's partial sums (≤ nit of each of its ⌈rows / nblocks⌉ units)
-inline size_t rows_smem(int M, int n, int rb, int nth, int gsw, int rows, int nblocks) {
-    const size_t red = (size_t)(nth / 32) * rb * M * 4;
-    const size_t part = (size_t)((rows + nblocks - 1) / nblocks) * ((n / 32 + 31) / 32) * rb * M * 4;
-    return (size_t)XQ_OFF + (size_t)M * (n / 32) * (gsw + 1) * 4 + (ROWS_SPLIT && part > red ? part : red);
+// dynamic shared memory of a rows launch: the table, x quantized, the warps' sums
+inline size_t rows_smem(int M, int n, int rb, int nth, int gsw) {
+    return (size_t)XQ_OFF + (size_t)M * (n / 32) * (gsw + 1) * 4 + (size_t)(nth / 32) * rb * M * 4;
 }
 // of a cols launch of G blocks: the table, the warps' sums, the slots a block quantizes
 inline size_t cols_smem(int n_in, int n_out, int nblocks, int gsw) {
@@ -697,15 +655,16 @@ cudaError_t allow_smem(K_ kern, size_t smem) {
 
 template <int M, int RB, int WPR, int NTH>
 int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const void* x, int dt,
-                Out out, int rows, int n, int ppb, float factor, int nblocks, cudaStream_t st) {
-    const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g, rows, nblocks); });
+                Out out, int rows, int n, int ppb, float factor, int nblocks, bool pdl,
+                cudaStream_t st) {
+    const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g); });
     if (!gsw) return -2;
-    const size_t smem = rows_smem(M, n, RB, NTH, gsw, rows, nblocks);
+    const size_t smem = rows_smem(M, n, RB, NTH, gsw);
     auto kern = pair_rows<M, RB, WPR, NTH>;
     const cudaError_t e = allow_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
-    kern<<<nblocks, NTH, smem, st>>>(w, s, t, x, dt, out, rows, n, ppb, gsw, factor, nblocks);
-    return (int)cudaGetLastError();
+    return launch(kern, nblocks, NTH, smem, st, TQ_PDL_IN && pdl, w, s, t, x, dt, out, rows, n, ppb,
+                  gsw, factor, nblocks);
 }
 }  // namespace
 
@@ -713,9 +672,7 @@ extern "C" {
 
 // the dynamic shared memory a launch needs at least (the tight layout; the caller checks
 // it fits the device)
-size_t tq_pair_rows_smem(int M, int n, int rb, int nth, int rows, int nblocks) {
-    return rows_smem(M, n, rb, nth, GSW_TIGHT, rows, nblocks);
-}
+size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
 size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks) {
     return cols_smem(n_in, n_out, nblocks, GSW_TIGHT);
 }
@@ -724,7 +681,7 @@ size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks) {
 // nth) one of the instances
 int tq_pair_rows(const void* words, const void* scales, const void* table, const void* x, int dt,
                  void* out, int odt, int M, int rows, int n, int T, int rb, int wpr, int nth, float factor,
-                 int nblocks, void* stream) {
+                 int nblocks, int pdl, void* stream) {
     auto W = (const uint32_t*)words;
     auto S = (const uint16_t*)scales;
     auto Tb = (const uint32_t*)table;
@@ -733,7 +690,7 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
     const int ppb = T / 32;
 #define TQ_PAIR_ROWS(m, r, p, t)                                                          \
     if (M == m && rb == r && wpr == p && nth == t)                                        \
-        return rows_launch<m, r, p, t>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, st);
+        return rows_launch<m, r, p, t>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, pdl != 0, st);
     TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS
     return -1;
@@ -756,11 +713,10 @@ int tq_pair_cols(const void* words, const void* scales, const void* table, const
     if (e != cudaSuccess) return (int)e;
     float* sums = (float*)part;
     int2* tiles_of = reinterpret_cast<int2*>(sums + (size_t)nblocks * 2048);
-    kern<<<nblocks, sub * NT, smem, st>>>((const uint32_t*)words, (const uint16_t*)scales,
-                                          (const uint32_t*)table, x, dt, sums, tiles_of, n_in,
-                                          nperiods, ppb, gsw, nblocks);
+    const int rc = launch(kern, nblocks, sub * NT, smem, st, TQ_PDL_IN && pdl,
+                          (const uint32_t*)words, (const uint16_t*)scales, (const uint32_t*)table,
+                          x, dt, sums, tiles_of, n_in, nperiods, ppb, gsw, nblocks);
     const int tiles = (nperiods + 31) / 32;
-    const int rc = (int)cudaGetLastError();
     return rc ? rc : launch(pair_cols_sum, (tiles * 1024 + SUM_NT - 1) / SUM_NT, SUM_NT, 0, st,
                             pdl != 0, (const float*)sums, (const int2*)tiles_of, Out{out, odt},
                             n_in, nperiods, ppb, factor, nblocks);
