@@ -16,9 +16,12 @@ from tqbuild.formats.mlx_affine import unpack
 DTYPES = {0: torch.bfloat16, 1: torch.float16}
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory) -> Path:
-    return simt_harness.build("affine_host", "tqbuild/runtime", tmp_path_factory.mktemp("simt"))
+@pytest.fixture(scope="module", params=[(), ("TQ_AFF_DEPTH=2",)], ids=["default", "depth2"])
+def harness(tmp_path_factory, request) -> Path:
+    """The default build and the one of two chunks in flight a warp (the 4-blocks-an-SM
+    launch the bench measures as -DTQ_AFF_DEPTH=2 -DTQ_AFF_MINB=4)."""
+    return simt_harness.build("affine_host", "tqbuild/runtime", tmp_path_factory.mktemp("simt"),
+                              request.param)
 
 
 def _bits16(t: torch.Tensor) -> np.ndarray:
