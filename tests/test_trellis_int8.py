@@ -304,7 +304,7 @@ def test_a_local_header_joins_the_cache_key(tmp_path, monkeypatch):
 
     for src, names in ((trellis_cuda.SOURCE, ["pdl_launch.cuh", "quant8.cuh"]),
                        (affine_cuda.SOURCE, ["pdl_launch.cuh"]),
-                       (pair_cuda.SOURCE, ["quant8.cuh", "smem_abs.cuh"])):
+                       (pair_cuda.SOURCE, ["pdl_launch.cuh", "quant8.cuh", "smem_abs.cuh"])):
         assert [h.name for h in nvcc.local_includes(src)] == names
         assert all(h.is_file() for h in nvcc.local_includes(src))
     monkeypatch.setattr(nvcc, "arch", lambda: "sm_90")
