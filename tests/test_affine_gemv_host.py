@@ -16,10 +16,11 @@ from tqbuild.formats.mlx_affine import unpack
 DTYPES = {0: torch.bfloat16, 1: torch.float16}
 
 
-@pytest.fixture(scope="module", params=[(), ("TQ_AFF_DEPTH=2",)], ids=["default", "depth2"])
+@pytest.fixture(scope="module", params=[(), ("TQ_AFF_WIDE_TILES=1",)], ids=["deep", "wide"])
 def harness(tmp_path_factory, request) -> Path:
-    """The default build and the one of two chunks in flight a warp (the 4-blocks-an-SM
-    launch the bench measures as -DTQ_AFF_DEPTH=2 -DTQ_AFF_MINB=4)."""
+    """The default build (these shapes' few row tiles take the deep launch: 4 chunks in
+    flight a warp) and one where every launch is the wide one (2 chunks a warp, 4
+    blocks an SM: the launch of 128 tiles and more)."""
     return simt_harness.build("affine_host", "tqbuild/runtime", tmp_path_factory.mktemp("simt"),
                               request.param)
 

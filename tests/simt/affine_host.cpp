@@ -13,8 +13,12 @@ static void run(const uint16_t* x, const uint32_t* w, const uint16_t* s, const u
                 void* out, int M, int N, int K, int gs, int splits) {
   const AffLaunch a = aff_launch(BITS, DT, N, K, gs, splits);
   simt::launch(a.tiles, a.splits, 32 * AFF_WARPS, [&] {
-    affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>(x, w, s, b, out, M, N, K, a.gs_log2,
-                                               a.per_split, a.f32_out, a.mask2);
+    if (a.wide)
+      affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH_WIDE, AFF_MINB_WIDE>(
+          x, w, s, b, out, M, N, K, a.gs_log2, a.per_split, a.f32_out, a.mask2);
+    else
+      affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH, AFF_MINB>(x, w, s, b, out, M, N, K, a.gs_log2,
+                                                           a.per_split, a.f32_out, a.mask2);
   });
 }
 

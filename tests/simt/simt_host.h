@@ -32,7 +32,7 @@
 #define __launch_bounds__(...)
 #define TQ_DEV inline
 #define TQ_GLOBAL
-#define TQ_BOUNDS(n)
+#define TQ_BOUNDS(...)
 #define TQ_SHARED static
 
 struct uint4 {

@@ -30,11 +30,7 @@
 #include <cuda_fp16.h>
 #define TQ_DEV __device__ __forceinline__
 #define TQ_GLOBAL __global__
-#ifdef TQ_AFF_MINB  // blocks an SM must hold (3 caps registers at 80: one wave of 396 tiles)
-#define TQ_BOUNDS(n) __launch_bounds__(n, TQ_AFF_MINB)
-#else
-#define TQ_BOUNDS(n) __launch_bounds__(n)
-#endif
+#define TQ_BOUNDS(n, minb) __launch_bounds__(n, minb)
 #define TQ_SHARED __shared__
 
 TQ_DEV uint4 ld128(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
@@ -85,28 +81,50 @@ TQ_DEV uint16_t to_bits(float v) {
 #ifndef TQ_AFF_DEPTH
 #define TQ_AFF_DEPTH 4
 #endif
+#ifndef TQ_AFF_MINB
+#define TQ_AFF_MINB 0  // blocks an SM the launch bounds ask for (0: none, no register cap)
+#endif
+// launches of at least TQ_AFF_WIDE_TILES row tiles: 2 chunks a warp, 4 blocks an SM (64
+// registers) — one wave of up to 528 tiles on 132 SMs, a shorter decode after the last
+// load (H100, bench/results/affine_gemv-cuda-s19f-variants.json, µs at M = 1: 6144 × 4096
+// 11.07 → 9.13, 4096² 7.85 → 7.50, 14336 × 4096 18.43 → 17.54, 4096 × 14336 18.59 → 18.09;
+// but 1024 × 4096, 64 tiles, 4.64 → 5.34: fewer tiles keep the deeper launch)
+#ifndef TQ_AFF_WIDE_TILES
+#define TQ_AFF_WIDE_TILES 128
+#endif
+#ifndef TQ_AFF_DEPTH_WIDE
+#define TQ_AFF_DEPTH_WIDE 2
+#endif
+#ifndef TQ_AFF_MINB_WIDE
+#define TQ_AFF_MINB_WIDE 4
+#endif
 #ifndef TQ_AFF_PDL
 #define TQ_AFF_PDL 0  // programmatic dependent launch: weights loaded before x is waited for
 #endif
 constexpr int AFF_WARPS = TQ_AFF_WARPS;  // warps a block
 constexpr int AFF_DEPTH = TQ_AFF_DEPTH;  // chunks a warp loads before decoding them
+constexpr int AFF_MINB = TQ_AFF_MINB;
+constexpr int AFF_DEPTH_WIDE = TQ_AFF_DEPTH_WIDE, AFF_MINB_WIDE = TQ_AFF_MINB_WIDE;
 
 __host__ __device__ constexpr int aff_chunk(int bits) { return 16 * (32 / bits); }
 
 // the launch's shape and the kernel's derived arguments, for the CUDA launcher and
 // tests/simt alike: 16-row tiles × input splits; log2 of the group; chunks a split;
 // float32 partial sums when split; a field's mask in both halves (8 bits in bf16: its
-// low 7 bits, see field_pair)
+// low 7 bits, see field_pair); the wide launch (TQ_AFF_WIDE_TILES)
 struct AffLaunch {
   int tiles, splits, gs_log2, per_split, f32_out;
   uint32_t mask2;
+  bool wide;
 };
 inline AffLaunch aff_launch(int bits, int dt, int N, int K, int gs, int splits) {
   int gs_log2 = 0;
   while ((1 << gs_log2) < gs) ++gs_log2;
   const int chunks = K / aff_chunk(bits);
-  return {(N + 15) / 16, splits, gs_log2, (chunks + splits - 1) / splits, splits > 1,
-          ((1u << (bits == 8 && dt == 0 ? 7 : bits)) - 1) * 0x00010001u};
+  const int tiles = (N + 15) / 16;
+  return {tiles, splits, gs_log2, (chunks + splits - 1) / splits, splits > 1,
+          ((1u << (bits == 8 && dt == 0 ? 7 : bits)) - 1) * 0x00010001u,
+          tiles >= TQ_AFF_WIDE_TILES};
 }
 
 // the pair (e_j, e_{j+P/2}) of fields at bit sh and sh + 16 of word w, as two exact
@@ -125,8 +143,8 @@ TQ_DEV uint32_t field_pair(uint32_t w, int sh, uint32_t mask2) {
   }
 }
 
-template <int BITS, int DT, int W, int U>
-TQ_GLOBAL void TQ_BOUNDS(32 * W)
+template <int BITS, int DT, int W, int U, int MINB>
+TQ_GLOBAL void TQ_BOUNDS(32 * W, MINB)
 affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
            const uint16_t* __restrict__ scales, const uint16_t* __restrict__ biases,
            void* __restrict__ out, int M, int N, int K, int gs_log2, int per_split,
@@ -247,7 +265,9 @@ template <int BITS, int DT>
 static int launch_affine(const void* x, const void* words, const void* scales, const void* biases,
                   void* out, int M, int N, int K, int gs, int splits, cudaStream_t stream) {
   const AffLaunch a = aff_launch(BITS, DT, N, K, gs, splits);
-  return launch(affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH>, dim3(a.tiles, a.splits),
+  auto kern = a.wide ? affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH_WIDE, AFF_MINB_WIDE>
+                    : affine_mma<BITS, DT, AFF_WARPS, AFF_DEPTH, AFF_MINB>;
+  return launch(kern, dim3(a.tiles, a.splits),
                 dim3(32 * AFF_WARPS), 0, stream, TQ_AFF_PDL, x, words, scales, biases, out, M, N,
                 K, a.gs_log2, a.per_split, a.f32_out, a.mask2);
 }
