@@ -3,11 +3,7 @@
 # Steps: tests (CUDA kernel tests), matvec (bench/trellis_matvec.py), stash (keep
 # carried artifact parts in /tmp/parts), verify (reassemble + tq-build verify
 # --device cuda), decode (bench/trellis_decode.py), dist (CUDA distributed test).
-set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
 for step in "$@"; do
   echo "=== $step $(date +%T)"

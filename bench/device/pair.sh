@@ -4,13 +4,7 @@
 # (PAIR_ARGS), bench/viterbi_cuda.py --code pair at L = 16 (VIT_CODES; empty skips) and,
 # DECODE=1 and time left, the 8B-shaped decode with the pair code's MLP, within END_S;
 # results tagged TAG (default -s18).
-set -o pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
-if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-fi
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 left() { echo $(( ${END_S:-540} - SECONDS )); }
 timeout 200 python3 -c "

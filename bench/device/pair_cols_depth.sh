@@ -1,5 +1,4 @@
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 timeout 100 python3 -c "
 from concurrent.futures import ThreadPoolExecutor as P
 from tqbuild.runtime import pair_cuda, trellis_cuda as tc

@@ -4,11 +4,7 @@
 # Steps: tests (the CUDA tests under the PDL flags), decode (TORCHINDUCTOR_ENABLE_PDL=1
 # bench/decode_8b.py bf16 + Q3 without the flags, then Q3 with them: same machine),
 # gemv (bench/trellis_gemv.py, the three shapes, M = 1 and 4, default block shapes).
-set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-export PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=${TQBUILD_KERNEL_CACHE:-/tmp/tqk}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 PDLF=(TQBUILD_GEMV_FLAGS=-DTQ_PDL_IN=1 TQBUILD_AFFINE_FLAGS=-DTQ_AFF_PDL=1)
 TAG=${TAG:--s16}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv

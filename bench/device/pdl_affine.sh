@@ -4,13 +4,7 @@
 # the compiled-chain PDL tests, the 8B-shaped decode (bf16, Q3, pair gate/up + mul1 down)
 # with AFF_FLAGS, then the affine kernel's default against AFF_FLAGS on every bench shape;
 # within END_S. bash bench/device/pdl_affine.sh
-set -o pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
-if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-fi
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--s19f}
 AFF_FLAGS=${AFF_FLAGS:--DTQ_AFF_DEPTH=2 -DTQ_AFF_MINB=4}
 left() { echo $(( ${END_S:-420} - SECONDS )); }

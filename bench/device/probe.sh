@@ -6,13 +6,7 @@
 # pair flag set of VAR_SETS (VAR_ARGS), the affine kernel under AFF_VARIANTS (';'-separated
 # define sets), and Nsight Compute over bench/ncu_decode.py (NCU=1; pair flags NCU_FLAGS) —
 # within END_S; results tagged TAG.
-set -o pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
-if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-fi
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--s19}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 left() { echo $(( ${END_S:-540} - SECONDS )); }

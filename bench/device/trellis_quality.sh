@@ -4,11 +4,7 @@
 # conditioned H), codes (Gaussian MSE of every code, L 12/16, k 2-4), real (SmolLM2 MLP tensors carried in bench/real_subset, made by
 # bench/smollm2_hessians.py), tests (CUDA trellis tests). Results go to $OUT;
 # ARMS / REAL_ARMS pick arms, TAG suffixes the file names.
-set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 ARMS=${ARMS:-"L12;L12 ax0 g16;L12 ax0 g16 alpha 1.10 refit;L16 ax0 g16;L16 ax0 g16 alpha 1.10 refit"}
 for step in "$@"; do
   echo "=== $step $(date +%T)"

@@ -11,14 +11,7 @@
 # (git-ignored; `carry: [".whl"]`), made here with
 #   pip download --no-deps -d .whl --python-version 3.12 --platform manylinux2014_x86_64 \
 #     --only-binary=:all: pydantic pydantic-core typing-inspection annotated-types
-set -o pipefail
-export PYTHONPATH=$PWD
-if ls .whl/*.whl > /dev/null 2>&1; then  # carried wheels, where the image lacks a package
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-fi
-export PYTHONUNBUFFERED=1 TQBUILD_KERNEL_CACHE=/tmp/tqk
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
 for step in "$@"; do
   echo "=== $step $(date +%T)"
