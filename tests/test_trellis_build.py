@@ -258,3 +258,37 @@ def test_pair_code_builds_verifies_and_decodes(llama_src, tmp_path):
                               "version": 3}
     assert rec["bits"] == 2
     assert meta["modules"]["model.layers.1.mlp.gate_proj"]["trellis"]["version"] == 3
+
+
+MLP_MIXED = """      default: {method: gptq, bits: 4, group_size: 32}
+      rules:
+        - {match: 'mlp\\.(gate|up)_proj$', format: trellis, method: ldlq, bits: 3,
+           trellis: {T: 64, code: pair}}
+        - {match: 'mlp\\.down_proj$', format: trellis, method: ldlq, bits: 3,
+           trellis: {T: 64, code: mul1}}"""
+
+
+def test_pair_gate_up_with_mul1_down_in_one_artifact(llama_src, tmp_path):
+    """The fastest-decoding MLP (README: gate and up in the pair code, down in mul1):
+    two format versions in one artifact build, verify in place and decode; the torch
+    runtime stacks gate and up (same code) and leaves down alone."""
+    from tqbuild.runtime.fused_mlp import GateUpMLP, fuse_gate_up
+    from tqbuild.runtime.torch_load import load_torch
+
+    r = _write(tmp_path, llama_src, MLP_MIXED, "original")
+    p = _cli(r, "--workdir", tmp_path / "w")
+    assert p.returncode == 0, p.stderr[-3000:]
+    meta = _check_decodes(tmp_path / "out")
+    mods = meta["modules"]
+    assert mods["model.layers.0.mlp.up_proj"]["trellis"] == {
+        "L": 12, "code": "pair", "axis": 1, "interleave": False, "version": 3}
+    assert mods["model.layers.0.mlp.down_proj"]["trellis"]["code"] == "mul1"
+    assert mods["model.layers.0.mlp.down_proj"]["trellis"]["version"] == 2
+    model = load_torch(tmp_path / "out", packed=True)
+    x = torch.randint(0, model.config.vocab_size, (1, 12))
+    with torch.no_grad():
+        want = model(x).logits
+        assert fuse_gate_up(model) == model.config.num_hidden_layers
+        assert isinstance(model.model.layers[0].mlp, GateUpMLP)
+        got = model(x).logits
+    assert torch.equal(got, want)
