@@ -23,7 +23,7 @@ jobs += [lambda k=k: tc.library(k, 12, 'mul1') for k in (2, 3, 4)]
 jobs += [affine_cuda._library]
 jobs += [lambda f=f: nvcc.build(affine_cuda.SOURCE, f.split()) for f in '${AFF_VARIANTS:-}'.split(';') if f]
 if '${DECODE:-0}' == '1':  # the decode's: launched with PDL behind inductor's kernels
-    jobs += [lambda k=k: nvcc.build(tc.SOURCE, [f'-DTQ_K={k}', '-DTQ_L=12', f'-DTQ_CODE={tc.CODE_IDS["mul1"]}', '-DTQ_PDL_IN=1']) for k in (3,)]
+    jobs += [lambda k=k: nvcc.build(tc.SOURCE, [f'-DTQ_K={k}', '-DTQ_L=12', f'-DTQ_CODE={tc.CODE_IDS[\"mul1\"]}', '-DTQ_PDL_IN=1']) for k in (3,)]
     jobs += [lambda: nvcc.build(affine_cuda.SOURCE, ['-DTQ_AFF_PDL=1'])]
 with P(16) as ex: print([type(r).__name__ for r in ex.map(lambda f: f(), jobs)])
 print('built', len(jobs), 'in', round(time.time() - t, 1), 's')" 2>&1 | tail -3
