@@ -7,7 +7,7 @@ source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--ship}
 left() { echo $(( ${END_S:-560} - SECONDS )); }
 nvidia-smi --query-gpu=name --format=csv,noheader
-timeout 200 python3 -m pytest -q -x tests/test_pair_cuda.py tests/test_pdl_chain.py \
+timeout 260 python3 -m pytest -q -x tests/test_pair_cuda.py tests/test_pdl_chain.py \
   tests/test_affine_cuda.py tests/test_affine_kernel.py 2>&1 | tee "$OUT/tests$TAG.log" | tail -3
 TQBUILD_AFFINE_FLAGS=-DTQ_AFF_WIDE_TILES=1 timeout 90 python3 -m pytest -q -x \
   tests/test_affine_cuda.py tests/test_affine_kernel.py -k "cuda or CUDA" 2>&1 \
