@@ -243,21 +243,17 @@ def main() -> None:
     run("q3-fused-cu-lm8")
     res["fused_qkv"] = fuse_qkv(model)  # attentions fused (32 where the rewrite applies)
     run("q3-fused-cu-lm8-qkv")
-    if not only or "p3-fused-cu-lm8-qkv" in only:  # the MLP in the pair code instead
-        inter, hid = cfg.intermediate_size, cfg.hidden_size
+    inter, hid = cfg.intermediate_size, cfg.hidden_size
+    # the MLP with gate/up in the pair code and down in the pair code (p3) or mul1 (p3g)
+    for name, down in (("p3-fused-cu-lm8-qkv", dict(code="pair", L=16)),
+                       ("p3g-fused-cu-lm8-qkv", {})):
+        if only and name not in only:
+            continue
         for layer in model.model.layers:
             gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
                                   for _ in range(2)])
-            layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, code="pair", L=16),
-                                  layer.mlp.act_fn)
-        run("p3-fused-cu-lm8-qkv")
-    if not only or "p3g-fused-cu-lm8-qkv" in only:  # pair gate/up, mul1 down
-        inter, hid = cfg.intermediate_size, cfg.hidden_size
-        for layer in model.model.layers:
-            gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
-                                  for _ in range(2)])
-            layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g), layer.mlp.act_fn)
-        run("p3g-fused-cu-lm8-qkv")
+            layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, **down), layer.mlp.act_fn)
+        run(name)
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
