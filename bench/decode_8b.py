@@ -36,6 +36,9 @@ transformers. Variants swap the decoder linears in place:
   p3g-fused-cu-lm8-qkv — gate and up in the pair code, down in mul1 (L = 12): each
               tensor on the faster kernel of session 18's measurements (rows: pair,
               cols: mul1) — codes may differ tensor by tensor in one artifact.
+  …-lm4-… — the same with lm_head 4-bit affine (group 64), as recipes/qwen38-q3.yaml
+              (the seed's Q3: "4-bit attention and embeddings") quantizes it; the
+              affine-4 baseline gets the same lm_head.
 lm_head stays bf16 in every other variant (the same bytes for all). `--compile`:
 each variant's forward also through torch.compile
 (inductor fuses the norms, RoPE and elementwise work between the linears;
@@ -145,6 +148,8 @@ def main() -> None:
     ap.add_argument("--no-eager", action="store_true", help="with --compile: compiled only")
     ap.add_argument("--only", default="", help="variant names, comma-separated")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--attn", default="sdpa",
+                    help="transformers' attention implementation (sdpa, eager, …), every variant")
     ap.add_argument("--profile", action="store_true",
                     help="also each variant's GPU time a token by kernel (torch.profiler)")
     a = ap.parse_args()
@@ -156,6 +161,7 @@ def main() -> None:
     cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                       max_position_embeddings=512, rope_theta=500000.0)
+    cfg._attn_implementation = a.attn
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
@@ -164,7 +170,8 @@ def main() -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     trellis_cuda.prebuild([(3, 12, "mul1")])
     res = {"host": host(), "config": {"hidden": 4096, "inter": 14336, "layers": 32,
-                                      "heads": "32/8", "vocab": 128256},
+                                      "heads": "32/8", "vocab": 128256,
+                                      "attn": cfg._attn_implementation},
            "tokens": 64, "variants": {},
            "env": {k: os.environ[k] for k in ("TORCHINDUCTOR_ENABLE_PDL", "TQBUILD_GEMV_FLAGS",
                                               "TQBUILD_AFFINE_FLAGS") if k in os.environ},
@@ -210,11 +217,23 @@ def main() -> None:
     run("affine4-tq")
     os.environ.pop("TQBUILD_AFFINE_KERNEL")
     run("affine4-cu")
-    if not only or "affine4-cu-lm8-qkv" in only:
+    lm_heads = {bits: affine_tq(cfg.vocab_size, cfg.hidden_size, g, bits=bits) for bits in (8, 4)}
+
+    def run_lm(name: str) -> None:
+        """name (an -lm8- variant) with the 8-bit lm_head, then its -lm4- twin with the
+        4-bit one; the 8-bit lm_head stays."""
+        for bits in (8, 4):
+            model.lm_head = lm_heads[bits]
+            run(name.replace("-lm8-", f"-lm{bits}-"))
+        model.lm_head = lm_heads[8]
+
+    def wanted(name: str) -> bool:  # the variant or its -lm4- twin
+        return not only or bool({name, name.replace("-lm8-", "-lm4-")} & only)
+
+    if wanted("affine4-cu-lm8-qkv"):
         lm_head = model.lm_head
-        model.lm_head = affine_tq(cfg.vocab_size, cfg.hidden_size, g, bits=8)
         res["fused_qkv_affine4"] = fuse_qkv(model)
-        run("affine4-cu-lm8-qkv")
+        run_lm("affine4-cu-lm8-qkv")
         unfuse_qkv(model, orig)
         model.lm_head = lm_head
     try:
@@ -239,21 +258,21 @@ def main() -> None:
     os.environ.pop("TQBUILD_AFFINE_KERNEL")
     run("q3-fused-cu")
     lm_head = model.lm_head
-    model.lm_head = affine_tq(cfg.vocab_size, cfg.hidden_size, g, bits=8)
+    model.lm_head = lm_heads[8]
     run("q3-fused-cu-lm8")
     res["fused_qkv"] = fuse_qkv(model)  # attentions fused (32 where the rewrite applies)
-    run("q3-fused-cu-lm8-qkv")
+    run_lm("q3-fused-cu-lm8-qkv")
     inter, hid = cfg.intermediate_size, cfg.hidden_size
     # the MLP with gate/up in the pair code and down in the pair code (p3) or mul1 (p3g)
     for name, down in (("p3-fused-cu-lm8-qkv", dict(code="pair", L=16)),
                        ("p3g-fused-cu-lm8-qkv", {})):
-        if only and name not in only:
+        if not wanted(name):
             continue
         for layer in model.model.layers:
             gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
                                   for _ in range(2)])
             layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, **down), layer.mlp.act_fn)
-        run(name)
+        run_lm(name)
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
@@ -264,7 +283,7 @@ def main() -> None:
 
 TAG = ""
 KINDS = (("trellis", ("rows_fused", "rows_tc", "rows_mma", "cols_", "quantize_x",
-                      "sum_splits")),
+                      "sum_splits", "pair_rows", "pair_cols")),
          ("int4 tinygemm", ("int4", "tinygemm")),
          ("affine (tq Triton)", ("_affine_mm", "_affine_vec")),
          ("affine (tq CUDA)", ("affine_mma",)),
