@@ -65,7 +65,7 @@ sys.path.insert(0, str(HERE.parent))
 from hostinfo import host  # noqa: E402
 from trellis_decode import graph_tokens_per_s  # noqa: E402
 
-from tqbuild.runtime import affine_cuda, trellis_cuda  # noqa: E402
+from tqbuild.runtime import affine_cuda, gqa_attention, trellis_cuda  # noqa: E402
 from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
 from tqbuild.runtime.fused_mlp import GateUpMLP, fuse_gate_up, stack_rows  # noqa: E402
 from tqbuild.runtime.fused_qkv import PROJ, fuse_qkv  # noqa: E402
@@ -149,7 +149,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="variant names, comma-separated")
     ap.add_argument("--tag", default="")
     ap.add_argument("--attn", default="sdpa",
-                    help="transformers' attention implementation (sdpa, eager, …), every variant")
+                    help="transformers' attention implementation (sdpa, eager, …, or tq-build's "
+                         "tq_sdpa: runtime/gqa_attention.py), every variant")
     ap.add_argument("--profile", action="store_true",
                     help="also each variant's GPU time a token by kernel (torch.profiler)")
     a = ap.parse_args()
@@ -161,10 +162,12 @@ def main() -> None:
     cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                       max_position_embeddings=512, rope_theta=500000.0)
-    cfg._attn_implementation = a.attn
+    cfg._attn_implementation = "sdpa" if a.attn == gqa_attention.NAME else a.attn
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    if a.attn == gqa_attention.NAME:  # every variant, bf16 included
+        assert gqa_attention.use_gqa_attention(model)
     orig = {(i, nm): getattr(p, nm) for i, layer in enumerate(model.model.layers)
             for p, names in ((layer.self_attn, ATTN), (layer.mlp, MLP)) for nm in names}
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -30,6 +30,7 @@ from ..models import family_for
 from .affine_torch import AffineEmbedding, AffineLinear
 from .fused_mlp import fuse_gate_up
 from .fused_qkv import fuse_qkv
+from .gqa_attention import use_gqa_attention
 from .torch_load import read_artifact_tensors
 from .trellis_torch import TrellisLinear
 
@@ -147,6 +148,7 @@ class TqBuildQuantizer(HfQuantizer):
         if device.type == "cuda":
             fuse_gate_up(model)  # one kernel call for gate and up (the same bits)
             fuse_qkv(model)  # and for q, k and v
+            use_gqa_attention(model)  # one-token attention without repeat_kv
         packed = set(self._modules)
         dense = {k: v for k, v in raw.items() if k.rsplit(".", 1)[0] not in packed}
         state = model.state_dict()

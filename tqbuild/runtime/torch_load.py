@@ -20,6 +20,7 @@ from ..models import family_for
 from . import trellis_cuda
 from .fused_mlp import fuse_gate_up
 from .fused_qkv import fuse_qkv
+from .gqa_attention import use_gqa_attention
 from .trellis_torch import TrellisLinear
 
 
@@ -118,4 +119,5 @@ def pack_trellis_modules(model, path: Path, cfg: dict, fam, device: str) -> int:
         trellis_cuda.prebuild_for(made)
         fuse_gate_up(model)  # one kernel call for gate and up (the same bits)
         fuse_qkv(model)  # and for q, k and v
+        use_gqa_attention(model)  # one-token attention without repeat_kv
     return len(made)
