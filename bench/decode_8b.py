@@ -35,7 +35,9 @@ transformers. Variants swap the decoder linears in place:
               version 3, k = 3, L = 16: runtime/pair_gemv.cu's kernels);
   p3g-fused-cu-lm8-qkv — gate and up in the pair code, down in mul1 (L = 12): each
               tensor on the faster kernel of session 18's measurements (rows: pair,
-              cols: mul1) — codes may differ tensor by tensor in one artifact.
+              cols: mul1) — codes may differ tensor by tensor in one artifact;
+  …-act0 — with silu(gate)·up as inductor's own kernel (GateUpMLP.gated_down off:
+              every other trellis MLP variant has down_proj's kernel read [gate | up]).
   …-lm4-… — the same with lm_head 4-bit affine (group 64), as recipes/qwen38-q3.yaml
               (the seed's Q3: "4-bit attention and embeddings") quantizes it; the
               affine-4 baseline gets the same lm_head.
@@ -276,6 +278,10 @@ def main() -> None:
                                   for _ in range(2)])
             layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, **down), layer.mlp.act_fn)
         run_lm(name)
+        if wanted(name + "-act0"):  # silu(gate)·up by inductor's kernel, not down's
+            for layer in model.model.layers:
+                layer.mlp.gated_down = False
+            run_lm(name + "-act0")
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
