@@ -35,9 +35,7 @@ transformers. Variants swap the decoder linears in place:
               version 3, k = 3, L = 16: runtime/pair_gemv.cu's kernels);
   p3g-fused-cu-lm8-qkv — gate and up in the pair code, down in mul1 (L = 12): each
               tensor on the faster kernel of session 18's measurements (rows: pair,
-              cols: mul1) — codes may differ tensor by tensor in one artifact;
-  …-act0 — with silu(gate)·up as inductor's own kernel (GateUpMLP.gated_down off:
-              every other trellis MLP variant has down_proj's kernel read [gate | up]).
+              cols: mul1) — codes may differ tensor by tensor in one artifact.
   …-lm4-… — the same with lm_head 4-bit affine (group 64), as recipes/qwen38-q3.yaml
               (the seed's Q3: "4-bit attention and embeddings") quantizes it; the
               affine-4 baseline gets the same lm_head.
@@ -278,10 +276,6 @@ def main() -> None:
                                   for _ in range(2)])
             layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, **down), layer.mlp.act_fn)
         run_lm(name)
-        if wanted(name + "-act0"):  # silu(gate)·up by inductor's kernel, not down's
-            for layer in model.model.layers:
-                layer.mlp.gated_down = False
-            run_lm(name + "-act0")
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})
@@ -296,8 +290,8 @@ KINDS = (("trellis", ("rows_fused", "rows_tc", "rows_mma", "cols_", "quantize_x"
          ("int4 tinygemm", ("int4", "tinygemm")),
          ("affine (tq Triton)", ("_affine_mm", "_affine_vec")),
          ("affine (tq CUDA)", ("affine_mma",)),
+         ("attention", ("attention", "flash", "fmha", "sdpa")),  # before sm90_: cuDNN's
          ("bf16 GEMM/GEMV", ("gemm", "gemv", "cutlass", "sm90_", "nvjet", "cublas")),
-         ("attention", ("attention", "flash", "fmha", "sdpa")),
          ("inductor fused elementwise", ("triton_",)))
 
 

@@ -10,7 +10,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP
 
 from tqbuild.runtime import fused_mlp, trellis_cuda
-from tqbuild.runtime.trellis_torch import TrellisLinear, silu_mul
+from tqbuild.runtime.trellis_torch import TrellisLinear
 
 CUDA = torch.cuda.is_available()
 
@@ -68,9 +68,7 @@ def test_only_the_gated_mlp_forward_is_fused(monkeypatch):
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_fused_mlp_gives_the_same_bits_on_the_cuda_kernels(monkeypatch):
-    """gate/up stacked: the same bits; with down reading [gate | up] itself (SiLU): down
-    of silu·up rounded once (eager bf16 rounds twice), up to expf's last bit."""
+def test_fused_mlp_gives_the_same_bits_on_the_cuda_kernels():
     rng = np.random.default_rng(2)
     mlp = tiny_mlp(rng, hidden=1024, inter=2048).cuda()
     trellis_cuda.prebuild([(3, 12, "mul1")])
@@ -78,16 +76,7 @@ def test_fused_mlp_gives_the_same_bits_on_the_cuda_kernels(monkeypatch):
     xs = [torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16) for m in (1, 2, 4, 8)]
     gate_up = [torch.cat([mlp.gate_proj(x), mlp.up_proj(x)], -1) for x in xs]
     want = [model(x) for x in xs]
-    monkeypatch.setenv("TQBUILD_FUSE_ACT", "0")
     assert fused_mlp.fuse_gate_up(model) == 1
     for x, gu, w in zip(xs, gate_up, want, strict=True):
         assert torch.equal(model[0].gate_up_proj(x), gu), x.shape
         assert torch.equal(model(x), w), x.shape
-    monkeypatch.delenv("TQBUILD_FUSE_ACT")
-    gated = nn.Sequential(mlp)
-    assert fused_mlp.fuse_gate_up(gated) == 1 and gated[0].gated_down
-    for x, gu in zip(xs, gate_up, strict=True):
-        ref = mlp.down_proj(silu_mul(gu))
-        got = gated(x)
-        assert (got == ref).float().mean() > 0.99, x.shape
-        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)

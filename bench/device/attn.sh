@@ -1,21 +1,18 @@
 #!/usr/bin/env bash
-# One device call: the tests of tq_sdpa and of the gated down kernel, then the 8B-shaped decode
-# under tq-build's one-token GQA attention (tq_sdpa, runtime/gqa_attention.py) for bf16,
-# affine-4, Q3 and pair gate/up + mul1 down (lm_head 4-bit as recipes/qwen38-q3.yaml; the last
-# also with silu·up by inductor: -act0), then bf16 and the pair variant under transformers' sdpa
-# on the same machine. TAG, END_S, ATTNS, ONLY, ONLY_SDPA. bash bench/device/attn.sh
+# One device call: tq_sdpa's tests, then the 8B-shaped decode under tq-build's one-token GQA
+# attention (tq_sdpa, runtime/gqa_attention.py) for bf16, affine-4, Q3 and pair gate/up + mul1
+# down (lm_head 4-bit as recipes/qwen38-q3.yaml), then bf16 and the pair variant under
+# transformers' sdpa on the same machine. TAG, END_S, ATTNS, ONLY, ONLY_SDPA, DECODE_ARGS,
+# SKIP_TESTS. bash bench/device/attn.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--attn}
 left() { echo $(( ${END_S:-560} - SECONDS )); }
 nvidia-smi --query-gpu=name --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
-# the attention and the gated down kernel's tests; if they fail, the decode runs without
-# the gated kernel (TQBUILD_FUSE_ACT=0)
-[ -z "$SKIP_TESTS" ] && { timeout 200 python3 -m pytest -q tests/test_gqa_attention.py \
-  tests/test_gated_down.py tests/test_fused_mlp.py 2>&1 | tee "$OUT/tests$TAG.log" | tail -2 \
-  || export TQBUILD_FUSE_ACT=0; }
+[ -z "$SKIP_TESTS" ] && timeout 200 python3 -m pytest -q tests/test_gqa_attention.py 2>&1 \
+  | tee "$OUT/tests$TAG.log" | tail -2
 for attn in ${ATTNS:-tq_sdpa sdpa}; do
-  only=${ONLY:-bf16,affine4-cu-lm4-qkv,q3-fused-cu-lm4-qkv,p3g-fused-cu-lm4-qkv,p3g-fused-cu-lm4-qkv-act0}
+  only=${ONLY:-bf16,affine4-cu-lm4-qkv,q3-fused-cu-lm4-qkv,p3g-fused-cu-lm4-qkv}
   [ "$attn" = sdpa ] && only=${ONLY_SDPA:-bf16,p3g-fused-cu-lm4-qkv}
   timeout "$(left)" python3 bench/decode_8b.py --compile --no-eager --attn "$attn" --only "$only" \
     $DECODE_ARGS --tag="$TAG-$attn" 2>&1 | grep -E "compile \{|Error" | cut -c1-160

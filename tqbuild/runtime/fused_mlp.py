@@ -19,7 +19,6 @@ import inspect
 import os
 import textwrap
 from collections.abc import Callable
-from typing import cast
 
 import torch
 from torch import nn
@@ -72,27 +71,15 @@ def stack_rows(parts: list[TrellisLinear]) -> TrellisLinear | None:
                          entry).to(first.words.device)
 
 
-def is_silu(act: nn.Module) -> bool:
-    """torch's SiLU or transformers' SiLUActivation (its forward F.silu)."""
-    return isinstance(act, nn.SiLU) or type(act).__name__ == "SiLUActivation"
-
-
 class GateUpMLP(nn.Module):
     """down_proj(act_fn(gate) · up) with [gate | up] = gate_up_proj(x), halves alike."""
 
     def __init__(self, gate_up_proj: TrellisLinear, down_proj: nn.Module, act_fn: nn.Module):
         super().__init__()
         self.gate_up_proj, self.down_proj, self.act_fn = gate_up_proj, down_proj, act_fn
-        # a SiLU MLP with a trellis down_proj: silu(gate)·up read by down's kernel
-        # (TrellisLinear.gated; TQBUILD_FUSE_ACT=0: inductor's elementwise kernel)
-        self.gated_down = isinstance(down_proj, TrellisLinear) and is_silu(act_fn) and \
-            os.environ.get("TQBUILD_FUSE_ACT", "1") != "0"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.gate_up_proj(x)
-        if self.gated_down:
-            return cast(TrellisLinear, self.down_proj).gated(h)
-        gate, up = h.chunk(2, dim=-1)
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(self.act_fn(gate) * up)
 
 

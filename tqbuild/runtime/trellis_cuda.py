@@ -199,14 +199,6 @@ def cols_tc_serves(M: int, cfg: dict | None = None, *, k: int, L: int) -> bool:
     return M in COLS_TC_MS and not ({"splits", "per"} & set(c)) and cols_tc_fits(k, L)
 
 
-GATED = 4  # trellis_gemv.cu's dtype flag: the cols kernel's x is [gate | up], its inputs silu·up
-
-
-def gated_serves(M: int, axis: int, cfg: dict | None = None, *, k: int, L: int) -> bool:
-    """The dp4a cols kernel (which reads gated inputs) takes this call."""
-    return axis == 0 and not cols_tc_serves(M, cfg, k=k, L=L)
-
-
 def cols_tc_per(nrows: int, n_out: int, cfg: dict | None = None, device: int = 0) -> int:
     """Input rows a cols_tc block takes (a multiple of 32): cfg["splits"] splits of
     the inputs, by default ⌈3·SMs (of `device`) / output periods⌉ (5120 × 17408: 3
@@ -300,18 +292,14 @@ def _partials(x: torch.Tensor, rows: int, per: int, out_features: int) -> torch.
 
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
            T: int, L: int, axis: int, out_features: int, in_features: int,
-           cfg: dict | None = None, out_dtype: torch.dtype = torch.float32,
-           gated: bool = False) -> torch.Tensor:
+           cfg: dict | None = None, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [M ≤ 8, in] -> [M, out] in out_dtype (float32, bfloat16 or float16: the
     kernel rounds its float32 sums once, as .to() would); words int32 [rows, nw]
-    (plain layout), scales fp16 [rows]. gated: x is [gate | up] [M, 2·in] and the
-    input silu(gate)·up in float32 rounded once to x's dtype (the dp4a cols kernel
-    only: `gated_serves`). Call `available()` first (it checks what this assumes)."""
+    (plain layout), scales fp16 [rows]. Call `available()` first (it checks what
+    this assumes)."""
     lib = library(k, L, code)
     assert lib is not None
     M = x.shape[0]
-    if gated and not gated_serves(M, axis, cfg, k=k, L=L):
-        raise ValueError("gated inputs are read by the dp4a cols kernel only (axis 0)")
     rows, nw = words.shape
     if x.dtype not in DTYPES:
         x = x.float()
@@ -357,7 +345,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
         return out
     per = cols_per(rows, out_features, M, lib, cfg)
     part = _partials(x, rows, per, out_features)
-    _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype] | GATED * gated,
+    _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
                             scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, use_pdl, M,
                             rows, nw, out_features, T, per, factor, st), "cols")
     return out

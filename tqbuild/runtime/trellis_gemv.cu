@@ -918,30 +918,6 @@ __host__ __device__ constexpr size_t cols_smem(int M, int per) {
             2 * (size_t)M * (per / 32)) * 4;
 }
 
-// dtype | GATED (cols): x is [gate | up] [M, 2·nrows] of dtype & 3 and the kernel's inputs
-// silu(gate)·up, computed in float32 and rounded once to that dtype (as inductor computes a
-// gated MLP's act(gate)·up; runtime/fused_mlp.py)
-constexpr int GATED = 4;
-
-// inputs i … i + 7 of row m as float (x [M, nrows], or gated as above)
-__device__ __forceinline__ void load8_in(const void* x, int dtype, int m, int nrows, int i,
-                                         float (&v)[8]) {
-    if (!(dtype & GATED)) {
-        load8(x, dtype, (size_t)m * nrows + i, v);
-        return;
-    }
-    const int dt = dtype & 3;
-    float u[8];
-    load8(x, dt, (size_t)m * 2 * nrows + i, v);
-    load8(x, dt, (size_t)m * 2 * nrows + nrows + i, u);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const float s = __fmul_rn(__fdiv_rn(v[j], __fadd_rn(1.f, expf(-v[j]))), u[j]);  // torch's
-        v[j] = dt == 1 ? __bfloat162float(__float2bfloat16_rn(s))
-             : dt == 2 ? __half2float(__float2half_rn(s)) : s;
-    }
-}
-
 // A block: 32 periods of output columns × one split of `per` input rows, whose
 // activations (x · the rows' scales) it quantizes first into shared memory.
 template <int M>
@@ -965,7 +941,7 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
         const int m = in ? c / (per >> 3) : 0, i0 = in ? (c - m * (per >> 3)) * 8 : 0;
         float v[8];
         if (in && i0 < nrows_split) {
-            load8_in(x, dtype, m, nrows, row0 + i0, v);
+            load8(x, dtype, (size_t)m * nrows + row0 + i0, v);
             uint4 t = __ldg(reinterpret_cast<const uint4*>(rs + row0 + i0));
             const uint32_t u4[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
@@ -1365,8 +1341,7 @@ int tq_gemv_rows_tc(const void* words, const void* scales, const void* x, int dt
     return -2;
 }
 
-// cols: x [M, nrows] (dtype as tq_gemv_rows_fused; | GATED: [gate | up] [M, 2·nrows], the
-// inputs silu(gate)·up), rs the stored rows' fp16 scales;
+// cols: x [M, nrows] (dtype as tq_gemv_rows_fused), rs the stored rows' fp16 scales;
 // `per` input rows a block (a multiple of 32), part [splits, M, n_out] when
 // nrows > per (their sum launched with programmatic dependent launch where `pdl`)
 int tq_gemv_cols(const void* words, const void* x, int dtype, const void* rs, float* part,

@@ -185,45 +185,6 @@ class TrellisLinear(nn.Module):
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
 
-    def gated(self, h: torch.Tensor) -> torch.Tensor:
-        """self(silu(gate)·up) for h = [gate | up] [..., 2·in_features], silu·up in
-        float32 rounded once to h's dtype (`silu_mul`); the dp4a cols kernel reads h
-        itself (one elementwise kernel a token fewer)."""
-        lead = h.shape[:-1]
-        h2 = h.reshape(-1, h.shape[-1])
-        args = (h2, self.words, self.scales, self.table, self.k, self.T, self.L, self.axis,
-                self.code, self.out_features, self.in_features)
-        y = torch.ops.tqbuild.trellis_gated_matmul(*args) if torch.compiler.is_compiling() \
-            else trellis_gated_impl(*args)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*lead, self.out_features)
-
-
-def silu_mul(h: torch.Tensor) -> torch.Tensor:
-    """[gate | up] -> silu(gate)·up computed in float32, rounded once to h's dtype (as
-    inductor computes a compiled gated MLP's act(gate)·up; eager rounds twice)."""
-    gate, up = h.float().chunk(2, dim=-1)
-    return (torch.nn.functional.silu(gate) * up).to(h.dtype)
-
-
-def trellis_gated_impl(h2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
-                       table: torch.Tensor, k: int, T: int, L: int, axis: int, code: str,
-                       out_features: int, in_features: int) -> torch.Tensor:
-    """h2 [M, 2·in] = [gate | up] -> [M, out] of silu(gate)·up: the dp4a cols kernel
-    (axis 0, M ≤ 2, int8 CUDA) computes silu·up as it loads its inputs, else `silu_mul`
-    and trellis_matmul_impl."""
-    M = h2.shape[0]
-    if code not in PAIR_CODES and M <= 2 and h2.shape[1] == 2 * in_features and \
-            trellis_cuda.gated_serves(M, axis, k=k, L=L) and \
-            trellis_cuda.available(h2, code, k, L, T, out_features, in_features, axis):
-        return trellis_cuda.matvec(h2.contiguous(), words, scales, code=code, k=k, T=T, L=L,
-                                   axis=axis, out_features=out_features,
-                                   in_features=in_features, gated=True,
-                                   out_dtype=trellis_cuda.out_dtype(h2)).to(h2.dtype)
-    return trellis_matmul_impl(silu_mul(h2), words, scales, table, k, T, L, axis, code,
-                               out_features, in_features)
-
 
 def int8_emulated(x2, words, scales, table, *, k: int, T: int, L: int, axis: int
                   ) -> torch.Tensor:
@@ -291,16 +252,3 @@ def _trellis_matmul_op(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tens
 @_trellis_matmul_op.register_fake
 def _(x2, words, scales, table, k, T, L, axis, code, out_features, in_features):
     return x2.new_empty(x2.shape[0], out_features)
-
-
-@torch.library.custom_op("tqbuild::trellis_gated_matmul", mutates_args=())
-def _trellis_gated_op(h2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
-                      table: torch.Tensor, k: int, T: int, L: int, axis: int, code: str,
-                      out_features: int, in_features: int) -> torch.Tensor:
-    return trellis_gated_impl(h2, words, scales, table, k, T, L, axis, code, out_features,
-                              in_features)
-
-
-@_trellis_gated_op.register_fake
-def _(h2, words, scales, table, k, T, L, axis, code, out_features, in_features):
-    return h2.new_empty(h2.shape[0], out_features)
