@@ -1,0 +1,90 @@
+"""One decoder layer's one-token attention, compiled: transformers' sdpa (under
+torch.compile it copies the cached keys and values out to every query head,
+repeat_kv) vs tq-build's tq_sdpa (runtime/gqa_attention.py: the key/value heads'
+own attention over their groups' queries), Llama-3-8B's heads (32 query / 8
+key-value, head_dim 128), a static cache of S positions all valid.
+
+    python bench/gqa_attention.py [--lengths 128,1024,4096,16384] [--dtype float32]
+        # -> bench/results/gqa_attention-{cpu|cuda}.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from hostinfo import host  # noqa: E402
+
+from tqbuild.runtime import gqa_attention  # noqa: E402
+
+
+class Layer(nn.Module):  # what the attention functions read of a decoder attention
+    num_key_value_groups = 4
+    is_causal = True
+    training = False
+
+
+def timed(fn, *args, reps: int) -> float:
+    """Median seconds of fn(*args) over `reps` calls (after 3 warm-up calls)."""
+    for _ in range(3):
+        fn(*args)
+    sync = torch.cuda.synchronize if args[0].is_cuda else (lambda: None)
+    times = []
+    for _ in range(reps):
+        sync()
+        t = time.perf_counter()
+        fn(*args)
+        sync()
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", default="128,1024,4096,16384")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dt = getattr(torch, a.dtype)
+    layer = Layer()
+    fns = {"sdpa": lambda q, k, v, m: sdpa_attention_forward(layer, q, k, v, m, scaling=128**-0.5)[0],
+           "tq_sdpa": lambda q, k, v, m: gqa_attention.attention(layer, q, k, v, m,
+                                                                 scaling=128**-0.5)[0]}
+    res = {"host": host(), "device": dev, "dtype": a.dtype,
+           "heads": "32/8, head_dim 128", "compiled": True, "rows": []}
+    g = torch.Generator(device=dev).manual_seed(0)
+    for S in map(int, a.lengths.split(",")):
+        q = torch.randn(1, 32, 1, 128, device=dev, dtype=dt, generator=g)
+        k, v = (torch.randn(1, 8, S, 128, device=dev, dtype=dt, generator=g) for _ in range(2))
+        mask = torch.ones(1, 1, 1, S, device=dev, dtype=torch.bool)
+        row: dict = {"S": S, "kv_MB": 2 * k.numel() * k.element_size() / 1e6}
+        outs = {}
+        for name, fn in fns.items():
+            torch._dynamo.reset()
+            compiled = torch.compile(fn)
+            outs[name] = compiled(q, k, v, mask)
+            row[name + "_us"] = timed(compiled, q, k, v, mask, reps=a.reps) * 1e6
+        row["max_abs_diff"] = float((outs["sdpa"] - outs["tq_sdpa"]).abs().max())
+        row["speedup"] = row["sdpa_us"] / row["tq_sdpa_us"]
+        res["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    out = HERE / "results" / f"gqa_attention-{dev}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
