@@ -31,7 +31,7 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     if groups == 1 or q_len != 1 or dropout or any(kwargs.get(k) for k in _UNSUPPORTED) or \
             key.shape[1] * groups != H:
         return _sdpa_forward()(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
+                               scaling=scaling, is_causal=is_causal, **kwargs)
     kv_heads = H // groups
     mask = attention_mask
     if mask is not None and mask.shape[1] != 1:  # a mask per query head: rows as the queries
