@@ -60,9 +60,10 @@ def main() -> None:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dt = getattr(torch, a.dtype)
     layer = Layer()
-    fns = {"sdpa": lambda q, k, v, m: sdpa_attention_forward(layer, q, k, v, m, scaling=128**-0.5)[0],
+    scale = 128**-0.5
+    fns = {"sdpa": lambda q, k, v, m: sdpa_attention_forward(layer, q, k, v, m, scaling=scale)[0],
            "tq_sdpa": lambda q, k, v, m: gqa_attention.attention(layer, q, k, v, m,
-                                                                 scaling=128**-0.5)[0]}
+                                                                 scaling=scale)[0]}
     res = {"host": host(), "device": dev, "dtype": a.dtype,
            "heads": "32/8, head_dim 128", "compiled": True, "rows": []}
     g = torch.Generator(device=dev).manual_seed(0)

@@ -43,6 +43,7 @@
 #include "pdl_launch.cuh"  // pdl_trigger, pdl_wait, launch
 #endif
 #include "quant8.cuh"
+#include "row_words.cuh"
 #include "smem_abs.cuh"
 
 #ifndef TQ_K
@@ -289,12 +290,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
     const uint32_t* wrow[RB];
     uint32_t wa[RB][K + 1], wb[RB][K + 1];
     auto start = [&](int r0) {
-#pragma unroll
-        for (int r = 0; r < RB; ++r) {
-            wrow[r] = words + (size_t)min(r0 + r, rows - 1) * nw;
-            if (p0 < ng) load_words(wrow[r], p0, ppb, wa[r]);
-            if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
-        }
+        start_row_words<RB, K + 1, load_words>(words, r0, rows, nw, p0, S, ng, ppb, wrow, wa, wb);
     };
     // WPR == 1: warp gw owns rows [lo, hi) of an even split, decoded as units — nc chunks
     // of RB rows, then the nt < RB rows left one at a time — each of nit items (a period

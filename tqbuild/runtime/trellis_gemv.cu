@@ -31,6 +31,7 @@
 
 #include "pdl_launch.cuh"
 #include "quant8.cuh"
+#include "row_words.cuh"
 
 #ifndef TQ_K
 #error "define TQ_K, TQ_L and TQ_CODE"
@@ -359,12 +360,7 @@ __global__ void __launch_bounds__(512) rows_fused(
     const uint32_t* wrow[RB];
     uint32_t wa[RB][K + 1], wb[RB][K + 1];
     auto start_rows = [&](int r0) {
-#pragma unroll
-        for (int r = 0; r < RB; ++r) {
-            wrow[r] = words + (size_t)min(r0 + r, rows - 1) * nw;
-            if (p0 < ng) load_words(wrow[r], p0, ppb, wa[r]);
-            if (p0 + S < ng) load_words(wrow[r], p0 + S, ppb, wb[r]);
-        }
+        start_row_words<RB, K + 1, load_words>(words, r0, rows, nw, p0, S, ng, ppb, wrow, wa, wb);
     };
     start_rows((blockIdx.x * rgb + rg) * RB);
     if (qw) {
