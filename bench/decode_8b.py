@@ -151,6 +151,8 @@ def main() -> None:
     ap.add_argument("--attn", default="sdpa",
                     help="transformers' attention implementation (sdpa, eager, …, or tq-build's "
                          "tq_sdpa: runtime/gqa_attention.py), every variant")
+    ap.add_argument("--cache-len", type=int, default=128,
+                    help="static KV cache slots (the context every token's attention reads)")
     ap.add_argument("--profile", action="store_true",
                     help="also each variant's GPU time a token by kernel (torch.profiler)")
     a = ap.parse_args()
@@ -161,7 +163,7 @@ def main() -> None:
 
     cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                      max_position_embeddings=512, rope_theta=500000.0)
+                      max_position_embeddings=max(512, a.cache_len), rope_theta=500000.0)
     cfg._attn_implementation = "sdpa" if a.attn == gqa_attention.NAME else a.attn
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -174,7 +176,8 @@ def main() -> None:
     trellis_cuda.prebuild([(3, 12, "mul1")])
     res = {"host": host(), "config": {"hidden": 4096, "inter": 14336, "layers": 32,
                                       "heads": "32/8", "vocab": 128256,
-                                      "attn": cfg._attn_implementation},
+                                      "attn": cfg._attn_implementation,
+                                      "cache_len": a.cache_len},
            "tokens": 64, "variants": {},
            "env": {k: os.environ[k] for k in ("TORCHINDUCTOR_ENABLE_PDL", "TQBUILD_GEMV_FLAGS",
                                               "TQBUILD_AFFINE_FLAGS") if k in os.environ},
@@ -194,11 +197,11 @@ def main() -> None:
                 if compiled:
                     torch._dynamo.reset()
                     model.forward = torch.compile(forward)
-                tps = graph_tokens_per_s(model)
+                tps = graph_tokens_per_s(model, cache_len=a.cache_len)
                 res["variants"][key] = {"tokens_per_s": tps,
                                         "memory_GB": torch.cuda.memory_allocated() / 1e9}
                 if a.profile:
-                    res["variants"][key]["profile"] = kernel_profile(model)
+                    res["variants"][key]["profile"] = kernel_profile(model, cache_len=a.cache_len)
             except Exception as e:  # noqa: BLE001 - recorded
                 res["variants"][key] = {"error": f"{type(e).__name__}: {e}"[:400]}
             finally:
@@ -295,14 +298,14 @@ KINDS = (("trellis", ("rows_fused", "rows_tc", "rows_mma", "cols_", "quantize_x"
          ("inductor fused elementwise", ("triton_",)))
 
 
-def kernel_profile(model, steps: int = 5) -> dict:
+def kernel_profile(model, steps: int = 5, cache_len: int = 128) -> dict:
     """GPU time a token by kernel for one-token eager forwards with a static
     cache: the kernels' own times summed (launch gaps excluded), by kind and the
     15 largest."""
     from torch.profiler import ProfilerActivity, profile
     from transformers import StaticCache
 
-    cache = StaticCache(config=model.config, max_cache_len=128)
+    cache = StaticCache(config=model.config, max_cache_len=cache_len)
     with torch.no_grad():
         model(torch.arange(1, 17, device="cuda")[None], past_key_values=cache,
               cache_position=torch.arange(16, device="cuda"), use_cache=True)

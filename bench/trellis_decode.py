@@ -31,12 +31,14 @@ from trellis_matvec import graph_time  # noqa: E402
 from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
 
 
-def graph_tokens_per_s(model, new: int = 64) -> float:
-    """Greedy decode with a static KV cache, each token's forward replayed from
-    one CUDA graph (launch overhead out of the way, as a serving stack would)."""
+def graph_tokens_per_s(model, new: int = 64, cache_len: int = 128) -> float:
+    """Greedy decode with a static KV cache of cache_len slots, each token's forward
+    replayed from one CUDA graph (launch overhead out of the way, as a serving stack
+    would). The attention reads (and sdpa's repeat_kv copies) every slot whatever
+    the position, so cache_len stands for the context length."""
     from transformers import StaticCache
 
-    cache = StaticCache(config=model.config, max_cache_len=128)
+    cache = StaticCache(config=model.config, max_cache_len=cache_len)
     ids = torch.arange(1, 17, device="cuda")[None]
     with torch.no_grad():
         out = model(ids, past_key_values=cache, cache_position=torch.arange(16, device="cuda"),
