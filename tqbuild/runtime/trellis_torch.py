@@ -266,7 +266,9 @@ def silu_mul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
                                 out_dtype=x2.dtype, silu_mul=True)
     y = trellis_matmul_impl(x2, words, scales, table, k, T, L, 1, code, out_features,
                             in_features)
-    return torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]
+    # halves made contiguous: torch's CPU silu takes its vectorized path (the bits of the
+    # unfused MLP's)
+    return torch.nn.functional.silu(y[:, 0::2].contiguous()) * y[:, 1::2].contiguous()
 
 
 @torch.library.custom_op("tqbuild::trellis_silu_mul", mutates_args=())
