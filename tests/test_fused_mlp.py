@@ -102,11 +102,11 @@ def test_pair_code_silu_mlp_interleaves_gate_and_up(monkeypatch, fuse_act):
     rows = fused.gate_up_proj(x)
     if fused.silu_mul:
         assert torch.equal(rows[:, 0::2], gate(x)) and torch.equal(rows[:, 1::2], up(x))
-        assert torch.equal(fused.gate_up_proj.silu_mul(x),
-                           torch.nn.functional.silu(gate(x)) * up(x))
+        torch.testing.assert_close(fused.gate_up_proj.silu_mul(x),  # (CPU silu: vectorized
+                                   torch.nn.functional.silu(gate(x)) * up(x))  # or not)
     else:
         assert torch.equal(rows, torch.cat([gate(x), up(x)], -1))
-    assert torch.equal(model(x), want)
+    torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6)
 
 
 def test_silu_mul_only_for_silu_and_equal_halves():

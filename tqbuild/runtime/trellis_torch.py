@@ -266,9 +266,7 @@ def silu_mul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
                                 out_dtype=x2.dtype, silu_mul=True)
     y = trellis_matmul_impl(x2, words, scales, table, k, T, L, 1, code, out_features,
                             in_features)
-    # halves made contiguous: torch's CPU silu takes its vectorized path (the bits of the
-    # unfused MLP's)
-    return torch.nn.functional.silu(y[:, 0::2].contiguous()) * y[:, 1::2].contiguous()
+    return torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]
 
 
 @torch.library.custom_op("tqbuild::trellis_silu_mul", mutates_args=())
