@@ -36,9 +36,6 @@ transformers. Variants swap the decoder linears in place:
   p3g-fused-cu-lm8-qkv — gate and up in the pair code, down in mul1 (L = 12): each
               tensor on the faster kernel of session 18's measurements (rows: pair,
               cols: mul1) — codes may differ tensor by tensor in one artifact.
-  p3s-fused-cu-lm8-qkv — p3g with gate and up's rows interleaved and the rows kernel
-              writing silu(gate) · up (runtime/fused_mlp.gate_up_mlp, as the CUDA
-              loaders now serve a pair-code SiLU MLP; p3g keeps inductor's silu · mul).
   …-lm4-… — the same with lm_head 4-bit affine (group 64), as recipes/qwen38-q3.yaml
               (the seed's Q3: "4-bit attention and embeddings") quantizes it; the
               affine-4 baseline gets the same lm_head.
@@ -70,12 +67,7 @@ from trellis_decode import graph_tokens_per_s  # noqa: E402
 
 from tqbuild.runtime import affine_cuda, gqa_attention, trellis_cuda  # noqa: E402
 from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
-from tqbuild.runtime.fused_mlp import (  # noqa: E402
-    GateUpMLP,
-    fuse_gate_up,
-    gate_up_mlp,
-    stack_rows,
-)
+from tqbuild.runtime.fused_mlp import GateUpMLP, fuse_gate_up, stack_rows  # noqa: E402
 from tqbuild.runtime.fused_qkv import PROJ, fuse_qkv  # noqa: E402
 from tqbuild.runtime.trellis_torch import TrellisLinear  # noqa: E402
 
@@ -277,17 +269,15 @@ def main() -> None:
     res["fused_qkv"] = fuse_qkv(model)  # attentions fused (32 where the rewrite applies)
     run_lm("q3-fused-cu-lm8-qkv")
     inter, hid = cfg.intermediate_size, cfg.hidden_size
-    # the MLP with gate/up in the pair code and down in the pair code (p3) or mul1 (p3g;
-    # p3s: gate/up's rows interleaved, the rows kernel writing silu(gate) · up)
+    # the MLP with gate/up in the pair code and down in the pair code (p3) or mul1 (p3g)
     for name, down in (("p3-fused-cu-lm8-qkv", dict(code="pair", L=16)),
-                       ("p3g-fused-cu-lm8-qkv", {}), ("p3s-fused-cu-lm8-qkv", {})):
+                       ("p3g-fused-cu-lm8-qkv", {})):
         if not wanted(name):
             continue
         for layer in model.model.layers:
-            gate, up = (trellis(inter, hid, 1, g, code="pair", L=16) for _ in range(2))
-            down_proj, act_fn = trellis(hid, inter, 0, g, **down), layer.mlp.act_fn
-            layer.mlp = gate_up_mlp(gate, up, down_proj, act_fn) if name.startswith("p3s") \
-                else GateUpMLP(stack_rows([gate, up]), down_proj, act_fn)
+            gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
+                                  for _ in range(2)])
+            layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, **down), layer.mlp.act_fn)
         run_lm(name)
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)

@@ -20,16 +20,14 @@ def packed(rng, rows, cols, k=3, L=12, T=256, axis=1, code="mul1"):
                                     * k // 32), dtype=np.uint32)
     scales = (rng.random(words.shape[0]) * 0.02 + 0.01).astype(np.float16)
     entry = {"bits": k, "group_size": T, "mode": "trellis",
-             "trellis": {"L": L, "code": code, "axis": axis, "interleave": False,
-                         "version": 3 if code == "pair" else 2}}
+             "trellis": {"L": L, "code": code, "axis": axis, "interleave": False, "version": 2}}
     return TrellisLinear(torch.from_numpy(words.view(np.int32)), torch.from_numpy(scales), entry)
 
 
-def tiny_mlp(rng, hidden=256, inter=512, up_k=3, code="mul1"):
+def tiny_mlp(rng, hidden=256, inter=512, up_k=3):
     mlp = LlamaMLP(LlamaConfig(hidden_size=hidden, intermediate_size=inter))
-    L = 16 if code == "pair" else 12
-    mlp.gate_proj = packed(rng, inter, hidden, L=L, code=code)
-    mlp.up_proj = packed(rng, inter, hidden, k=up_k, L=L, code=code)
+    mlp.gate_proj = packed(rng, inter, hidden)
+    mlp.up_proj = packed(rng, inter, hidden, k=up_k)
     mlp.down_proj = packed(rng, hidden, inter, axis=0)
     return mlp
 
@@ -82,65 +80,3 @@ def test_fused_mlp_gives_the_same_bits_on_the_cuda_kernels():
     for x, gu, w in zip(xs, gate_up, want, strict=True):
         assert torch.equal(model[0].gate_up_proj(x), gu), x.shape
         assert torch.equal(model(x), w), x.shape
-
-
-@pytest.mark.parametrize("fuse_act", ["1", "0"])
-def test_pair_code_silu_mlp_interleaves_gate_and_up(monkeypatch, fuse_act):
-    """Pair-code gate/up of a SiLU MLP: rows interleaved (gate 0, up 0, …) and
-    silu(gate) · up from `silu_mul` (here split and multiplied: no kernel on CPU);
-    TQBUILD_FUSE_ACT=0 stacks the halves. The MLP's output is the unfused one."""
-    monkeypatch.setenv("TQBUILD_FUSE_ACT", fuse_act)
-    rng = np.random.default_rng(3)
-    mlp = tiny_mlp(rng, code="pair")
-    gate, up = mlp.gate_proj, mlp.up_proj
-    model = nn.Sequential(mlp)
-    x = torch.randn(3, 256)
-    want = model(x)
-    assert fused_mlp.fuse_gate_up(model) == 1
-    fused = model[0]
-    assert fused.silu_mul == (fuse_act == "1")
-    rows = fused.gate_up_proj(x)
-    if fused.silu_mul:
-        assert torch.equal(rows[:, 0::2], gate(x)) and torch.equal(rows[:, 1::2], up(x))
-        torch.testing.assert_close(fused.gate_up_proj.silu_mul(x),  # (CPU silu: vectorized
-                                   torch.nn.functional.silu(gate(x)) * up(x))  # or not)
-    else:
-        assert torch.equal(rows, torch.cat([gate(x), up(x)], -1))
-    torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6)
-
-
-def test_silu_mul_only_for_silu_and_equal_halves():
-    rng = np.random.default_rng(4)
-    mlp = tiny_mlp(rng, code="pair")
-    gelu = fused_mlp.gate_up_mlp(mlp.gate_proj, mlp.up_proj, mlp.down_proj, nn.GELU())
-    assert gelu is not None and not gelu.silu_mul
-    mul1 = tiny_mlp(rng)
-    assert not fused_mlp.gate_up_mlp(mul1.gate_proj, mul1.up_proj, mul1.down_proj,
-                                     mul1.act_fn).silu_mul
-    assert fused_mlp.stack_rows([packed(rng, 512, 256), packed(rng, 256, 256)],
-                                interleave=True) is None
-
-
-@pytest.mark.skipif(not CUDA, reason="needs CUDA")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_pair_silu_mul_kernel_equals_the_split_outputs(dtype):
-    """On the pair rows kernel (M = 1, 2, 4; M = 3 and 8 split and multiply): silu(gate)
-    · up of the outputs as stored, in float32, rounded once — against torch on the
-    unfused kernel's outputs: all within one unit of the last place, ≥ 97 % equal."""
-    from tqbuild.runtime import pair_cuda
-
-    rng = np.random.default_rng(5)
-    mlp = tiny_mlp(rng, hidden=1024, inter=2048, code="pair").cuda()
-    gate, up = mlp.gate_proj, mlp.up_proj
-    fused = fused_mlp.gate_up_mlp(gate, up, mlp.down_proj, mlp.act_fn)
-    assert fused.silu_mul
-    for m in (1, 2, 3, 4, 8):
-        x = torch.randn(m, 1024, device="cuda", dtype=dtype)
-        got = fused.gate_up_proj.silu_mul(x)
-        g, u = gate(x).float(), up(x).float()
-        want = (g / (1 + torch.exp(-g)) * u).to(dtype)
-        assert got.dtype == dtype and got.shape == (m, 2048)
-        ulp = want.float().abs() * (2.0**-7 if dtype == torch.bfloat16 else 2.0**-10)
-        assert ((got.float() - want.float()).abs() <= ulp + 1e-30).all(), (m, dtype)
-        equal = (got == want).float().mean().item()
-        assert equal >= (0.97 if pair_cuda.silu_mul_serves(m) else 0.9), (m, dtype, equal)

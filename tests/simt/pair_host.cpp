@@ -3,9 +3,8 @@
 // output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb,
 // wpr, blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
 // threads a block), gsw (words a quantized group), odt (the output's
-// dtype: 0 f32, 1 bf16, 2 f16), act (rows: 1 = (gate, up) pairs -> silu(gate)·up), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
-// [512] u32 and x [M, inputs] float32; OUT: [M, outputs (act: / 2)] of dtype odt (× the
-// table's unit).
+// dtype: 0 f32, 1 bf16, 2 f16), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
+// [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype odt (× the table's unit).
 #include <cstdio>
 #include <stdexcept>
 #include <vector>
@@ -18,9 +17,9 @@ alignas(16) float smem[227 * 1024 / 4];  // the kernels' dynamic shared memory
 
 template <int M, int RB, int WPR, int NTH>
 static void rows(const uint32_t* w, const uint16_t* s, const uint32_t* t, const float* x,
-                 Out out, int nrows, int n, int T, int gsw, int blocks, int act) {
+                 Out out, int nrows, int n, int T, int gsw, int blocks) {
   simt::launch(blocks, 1, NTH, [&] {
-    pair_rows<M, RB, WPR, NTH>(w, s, t, x, 0, out, nrows, n, T / 32, gsw, 1.0f, blocks, act);
+    pair_rows<M, RB, WPR, NTH>(w, s, t, x, 0, out, nrows, n, T / 32, gsw, 1.0f, blocks);
   });
 }
 
@@ -36,10 +35,10 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   FILE* f = fopen(argv[1], "rb");
   if (!f) return 2;
-  const auto h = simt::read<int32_t>(f, 12);
+  const auto h = simt::read<int32_t>(f, 11);
   const int axis = h[0], M = h[1], nrows = h[2], n = h[3], T = h[4], rb = h[5], wpr = h[6],
-            blocks = h[7], nth = h[8], gsw = h[9], odt = h[10], act = h[11];
-  const int n_in = axis == 1 ? n : nrows, n_out = axis == 1 ? nrows >> act : n;
+            blocks = h[7], nth = h[8], gsw = h[9], odt = h[10];
+  const int n_in = axis == 1 ? n : nrows, n_out = axis == 1 ? nrows : n;
   const auto w = simt::read<uint32_t>(f, (size_t)nrows * n * TQ_K / 32);
   const auto s = simt::read<uint16_t>(f, nrows);
   const auto tab = simt::read<uint32_t>(f, 512);
@@ -54,7 +53,7 @@ int main(int argc, char** argv) {
     const auto* Tb = tab.data();
 #define TQ_PAIR_ROWS(m, r, p, t)                                                   \
     if (M == m && rb == r && wpr == p && nth == t)                                 \
-      return rows<m, r, p, t>(W, S, Tb, x.data(), O, nrows, n, T, gsw, blocks, act), \
+      return rows<m, r, p, t>(W, S, Tb, x.data(), O, nrows, n, T, gsw, blocks), \
              write(argv[2], out, odt);
     TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS

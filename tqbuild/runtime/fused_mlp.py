@@ -9,11 +9,6 @@ qwen3_5, gemma3) with gate and up packed alike are fused; the fused module holds
 `gate_up_proj` (gate's rows, then up's) in place of `gate_proj` and `up_proj`.
 Each output row is decoded and summed exactly as before (a row's sum does not
 depend on the rows beside it), so the int8 CUDA kernels give the same bits.
-
-In the pair code with a SiLU MLP the rows are interleaved instead (gate 0, up 0,
-gate 1, …) and the rows kernel writes silu(gate) · up itself (`TrellisLinear.silu_mul`:
-the two outputs as they would be stored, multiplied in float32, rounded once; one
-elementwise kernel a layer fewer); TQBUILD_FUSE_ACT=0 keeps the two halves.
 """
 
 from __future__ import annotations
@@ -29,7 +24,6 @@ import torch
 from torch import nn
 
 from ..formats.trellis import TrellisEntry
-from ..kernels.trellis_codes import PAIR_CODES
 from .trellis_torch import TrellisLinear
 
 _GATED = "self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))"
@@ -61,55 +55,32 @@ def _gated_forward(forward: Callable) -> bool:
     return {ast.unparse(st) for st in body} in _BODIES and len(body) in (1, 2)
 
 
-def stack_rows(parts: list[TrellisLinear], interleave: bool = False) -> TrellisLinear | None:
-    """One TrellisLinear whose outputs are the parts' outputs in order (interleave:
-    row i of each part in turn), or None where they cannot share one (coded along the
-    outputs, other k / L / T / code, other inputs, biases; interleave: other row counts)."""
+def stack_rows(parts: list[TrellisLinear]) -> TrellisLinear | None:
+    """One TrellisLinear whose outputs are the parts' outputs in order, or None
+    where they cannot share one (coded along the outputs, other k / L / T / code,
+    other inputs, biases)."""
     first = parts[0]
     same = all(p.axis == 1 and p.bias is None and p.in_features == first.in_features and
                (p.k, p.T, p.L, p.code) == (first.k, first.T, first.L, first.code)
                for p in parts)
-    if not same or (interleave and len({p.out_features for p in parts}) > 1):
+    if not same:
         return None
     entry = TrellisEntry(k=first.k, T=first.T, L=first.L, code=first.code, axis=1,
                          interleave=False).config()
-
-    def rows(ts: list[torch.Tensor]) -> torch.Tensor:
-        return torch.stack(ts, 1).flatten(0, 1) if interleave else torch.cat(ts)
-    return TrellisLinear(rows([p.words for p in parts]), rows([p.scales for p in parts]),
+    return TrellisLinear(torch.cat([p.words for p in parts]), torch.cat([p.scales for p in parts]),
                          entry).to(first.words.device)
 
 
-def _is_silu(act_fn: nn.Module) -> bool:
-    return isinstance(act_fn, nn.SiLU) or type(act_fn).__name__ == "SiLUActivation"
-
-
 class GateUpMLP(nn.Module):
-    """down_proj(act_fn(gate) · up) with [gate | up] = gate_up_proj(x), halves alike;
-    silu_mul: act_fn is SiLU and gate_up_proj's rows are (gate, up) pairs, its
-    `silu_mul` giving act_fn(gate) · up."""
+    """down_proj(act_fn(gate) · up) with [gate | up] = gate_up_proj(x), halves alike."""
 
-    def __init__(self, gate_up_proj: TrellisLinear, down_proj: nn.Module, act_fn: nn.Module,
-                 silu_mul: bool = False):
+    def __init__(self, gate_up_proj: TrellisLinear, down_proj: nn.Module, act_fn: nn.Module):
         super().__init__()
         self.gate_up_proj, self.down_proj, self.act_fn = gate_up_proj, down_proj, act_fn
-        self.silu_mul = silu_mul
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.silu_mul:
-            return self.down_proj(self.gate_up_proj.silu_mul(x))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(self.act_fn(gate) * up)
-
-
-def gate_up_mlp(gate: TrellisLinear, up: TrellisLinear, down_proj: nn.Module,
-                act_fn: nn.Module) -> GateUpMLP | None:
-    """The fused module of one MLP (None where gate and up cannot share one): rows
-    interleaved for the pair code's SiLU kernel where it applies (TQBUILD_FUSE_ACT)."""
-    silu_mul = gate.code in PAIR_CODES and _is_silu(act_fn) and \
-        os.environ.get("TQBUILD_FUSE_ACT", "1") != "0"
-    stacked = stack_rows([gate, up], interleave=silu_mul)
-    return None if stacked is None else GateUpMLP(stacked, down_proj, act_fn, silu_mul)
 
 
 def fuse_gate_up(model: nn.Module) -> int:
@@ -125,9 +96,9 @@ def fuse_gate_up(model: nn.Module) -> int:
         if not (isinstance(gate, TrellisLinear) and isinstance(up, TrellisLinear)
                 and gate.out_features == up.out_features):
             continue
-        fused = gate_up_mlp(gate, up, module.down_proj, module.act_fn)
-        if fused is not None:
-            swaps.append((name, fused))
+        stacked = stack_rows([gate, up])
+        if stacked is not None:
+            swaps.append((name, GateUpMLP(stacked, module.down_proj, module.act_fn)))
     for name, new in swaps:
         parent, _, leaf = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, leaf, new)

@@ -47,7 +47,7 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 # the library's C entry points: (result, arguments) — tests/test_pair_cuda.py checks them
 # against the declarations in pair_gemv.cu
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
-    "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _I, _P]),
+    "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
     "tq_pair_cols_smem": (_Z, [_I] * 3)}
@@ -116,22 +116,13 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     return need <= trellis_cuda.SMEM_LIMIT
 
 
-def silu_mul_serves(M: int) -> bool:
-    """The rows launch at M rows of x can give silu(gate) · up of (gate, up) row pairs
-    (pair_gemv.cu's act: one warp a pair, RB = 2, M a power of two)."""
-    rb, wpr, _ = ROWS_CFG[M]
-    return rb == 2 and wpr == 1 and M & (M - 1) == 0
-
-
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int, T: int,
            L: int, axis: int, out_features: int, in_features: int,
            cfg: tuple[int, ...] | None = None,
-           out_dtype: torch.dtype = torch.float32, silu_mul: bool = False) -> torch.Tensor:
+           out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] of out_dtype (f32/bf16/f16,
     written by the kernels: rounded once); words in the plain stored layout (int32), scales
-    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub,) for cols. silu_mul (rows,
-    where `silu_mul_serves`): the rows are (gate, up) pairs and the result [M, out / 2] is
-    silu(gate) · up of the two as stored, in float32, rounded once."""
+    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub,) for cols."""
     lib = library(k, L)
     assert lib is not None
     x = x.contiguous()
@@ -141,13 +132,12 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     table = _table(x.device)
     stream = nvcc.stream_of(x)
     pdl = int(trellis_cuda.pdl(_index(x)))  # programmatic dependent launch where built for it
-    out = torch.empty(M, out_features // 2 if silu_mul else out_features, device=x.device,
-                      dtype=out_dtype)
+    out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1:
         rb, wpr, nth = cfg or ROWS_CFG[M]  # type: ignore[misc]
         rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                               x.data_ptr(), dt, out.data_ptr(), odt, M, out_features, in_features,
-                              T, rb, wpr, nth, FACTOR, blocks, pdl, int(silu_mul), stream)
+                              T, rb, wpr, nth, FACTOR, blocks, pdl, stream)
     else:
         part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tiles_of
         sub, = cfg or (COLS_SUB,)

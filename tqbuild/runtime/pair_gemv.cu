@@ -121,18 +121,6 @@ TQ_DEV void load_words(const uint32_t* row, int p, int ppb, uint32_t (&w)[K + 1]
     w[K] = __ldg(a + (last ? K * (1 - ppb) : K));
 }
 
-// v rounded to an output dtype (dt as Out's) and back: the value `put` would store
-TQ_DEV float stored_value(int dt, float v) {
-#ifdef __CUDACC__
-    if (dt == 1) return __bfloat162float(__float2bfloat16_rn(v));
-    if (dt == 2) return __half2float(__float2half_rn(v));
-#else
-    if (dt == 1) return simt::bf16_float(simt::bf16_round(v));
-    if (dt == 2) return simt::f16_float(simt::f16_round(v));
-#endif
-    return v;
-}
-
 // an output tensor: float32 (dt 0), bf16 (1) or f16 (2), written rounded to nearest even
 struct Out {
     void* p;
@@ -287,7 +275,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                                         const uint16_t* __restrict__ scales,
                                         const uint32_t* __restrict__ table, const void* x, int dt,
                                         Out out, int rows, int n, int ppb, int gsw,
-                                        float factor, int nblocks, int act) {
+                                        float factor, int nblocks) {
     TQ_DYN_SMEM;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ng = n >> 5, nw = ng * K;
@@ -307,10 +295,8 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
     // WPR == 1: warp gw owns rows [lo, hi) of an even split, decoded as units — nc chunks
     // of RB rows, then the nt < RB rows left one at a time — each of nit items (a period
     // a lane); the two slots run over the warp's item stream, across unit ends
-    // act (WPR = 1, RB = 2): the rows are (gate, up) pairs, split whole; each pair's
-    // output is silu(gate) · up, the two as they would be stored, in float32, rounded once
-    const int gw = blockIdx.x * RGB + rg, W = nblocks * RGB, rq = rows >> act;
-    const int lo = (int)((int64_t)rq * gw / W) << act, hi = (int)((int64_t)rq * (gw + 1) / W) << act;
+    const int gw = blockIdx.x * RGB + rg, W = nblocks * RGB;
+    const int lo = (int)((int64_t)rows * gw / W), hi = (int)((int64_t)rows * (gw + 1) / W);
     const int nc = (hi - lo) / RB, nu = nc + (hi - lo) - nc * RB, nit = (ng + 31) >> 5;
     auto load_item = [&](int u, int it, uint32_t (&slot)[RB][K + 1]) {
         const int p = lane + 32 * it;
@@ -369,15 +355,8 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                 int e;
                 const float v = warp_sums<RB * M>(reinterpret_cast<float (&)[RB * M]>(facc), lane, e);
                 const int r = e / M, m = e - r * M;  // lanes of one sum: the lowest writes
-                const bool writes = (lane & (32 / pow2_ceil(RB * M) - 1)) == 0;
-                if (act) {  // RB · M = 2M sums: gate's (r = 0) on lanes < 16, up's 16 lanes on
-                    const float y = stored_value(out.dt, v * half_of(scales, r0 + r) * factor);
-                    const float up = __shfl_xor_sync(0xFFFFFFFFu, y, 16);
-                    if (r == 0 && writes)
-                        put(out, (size_t)m * rq + (r0 >> 1), y / (1.f + expf(-y)) * up);
-                } else if (e < (du < nc ? RB : 1) * M && writes) {
+                if (e < (du < nc ? RB : 1) * M && (lane & (32 / pow2_ceil(RB * M) - 1)) == 0)
                     put(out, (size_t)m * rows + r0 + r, v * half_of(scales, r0 + r) * factor);
-                }
 #pragma unroll
                 for (int r2 = 0; r2 < RB; ++r2)
 #pragma unroll
@@ -675,8 +654,7 @@ cudaError_t allow_smem(K_ kern, size_t smem) {
 template <int M, int RB, int WPR, int NTH>
 int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const void* x, int dt,
                 Out out, int rows, int n, int ppb, float factor, int nblocks, bool pdl,
-                int act, cudaStream_t st) {
-    if (act && (WPR != 1 || RB * M != pow2_ceil(RB * M) || RB != 2 || rows % 2)) return -3;
+                cudaStream_t st) {
     const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g); });
     if (!gsw) return -2;
     const size_t smem = rows_smem(M, n, RB, NTH, gsw);
@@ -684,7 +662,7 @@ int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const v
     const cudaError_t e = allow_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     return launch(kern, nblocks, NTH, smem, st, TQ_PDL_IN && pdl, w, s, t, x, dt, out, rows, n, ppb,
-                  gsw, factor, nblocks, act != 0);
+                  gsw, factor, nblocks);
 }
 }  // namespace
 
@@ -698,11 +676,10 @@ size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks) {
 }
 
 // rows (axis 1): x [M, n] -> out [M, rows] of dtype odt (0 f32, 1 bf16, 2 f16); (M, rb, wpr,
-// nth) one of the instances. act = 1: rows are (gate, up) pairs, out [M, rows / 2] their
-// silu(gate) · up (needs wpr 1, rb 2, M a power of two; else −3)
+// nth) one of the instances
 int tq_pair_rows(const void* words, const void* scales, const void* table, const void* x, int dt,
                  void* out, int odt, int M, int rows, int n, int T, int rb, int wpr, int nth, float factor,
-                 int nblocks, int pdl, int act, void* stream) {
+                 int nblocks, int pdl, void* stream) {
     auto W = (const uint32_t*)words;
     auto S = (const uint16_t*)scales;
     auto Tb = (const uint32_t*)table;
@@ -711,8 +688,7 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
     const int ppb = T / 32;
 #define TQ_PAIR_ROWS(m, r, p, t)                                                          \
     if (M == m && rb == r && wpr == p && nth == t)                                        \
-        return rows_launch<m, r, p, t>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, pdl != 0, \
-                                       act, st);
+        return rows_launch<m, r, p, t>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, pdl != 0, st);
     TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS
     return -1;

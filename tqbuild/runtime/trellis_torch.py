@@ -185,19 +185,6 @@ class TrellisLinear(nn.Module):
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
 
-    def silu_mul(self, x: torch.Tensor) -> torch.Tensor:
-        """silu(gate) · up where this module's outputs are (gate, up) pairs, interleaved
-        (gate 0, up 0, gate 1, …): [..., out_features / 2]. One kernel where the pair
-        code's rows kernel serves it, else the outputs split and multiplied."""
-        assert self.bias is None and self.axis == 1 and self.out_features % 2 == 0
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.shape[-1])
-        args = (x2, self.words, self.scales, self.table, self.k, self.T, self.L, self.code,
-                self.out_features, self.in_features)
-        y = torch.ops.tqbuild.trellis_silu_mul(*args) if torch.compiler.is_compiling() \
-            else silu_mul_impl(*args)
-        return y.reshape(*lead, self.out_features // 2)
-
 
 def int8_emulated(x2, words, scales, table, *, k: int, T: int, L: int, axis: int
                   ) -> torch.Tensor:
@@ -252,33 +239,6 @@ def trellis_matmul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Ten
         y = x2 @ decode_torch(words, scales, table, k=k, T=T, L=L, axis=axis,
                               interleave=False).to(x2.dtype).t()
     return y.to(x2.dtype)
-
-
-def silu_mul_impl(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
-                  table: torch.Tensor, k: int, T: int, L: int, code: str, out_features: int,
-                  in_features: int) -> torch.Tensor:
-    """TrellisLinear.silu_mul on x2 [M, in] -> [M, out / 2] in x2's dtype."""
-    if code in PAIR_CODES and \
-            pair_cuda.available(x2, code, k, L, T, 1, out_features, in_features) and \
-            pair_cuda.silu_mul_serves(x2.shape[0]):
-        return pair_cuda.matvec(x2, words, scales, k=k, T=T, L=L, axis=1,
-                                out_features=out_features, in_features=in_features,
-                                out_dtype=x2.dtype, silu_mul=True)
-    y = trellis_matmul_impl(x2, words, scales, table, k, T, L, 1, code, out_features,
-                            in_features)
-    return torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]
-
-
-@torch.library.custom_op("tqbuild::trellis_silu_mul", mutates_args=())
-def _trellis_silu_mul_op(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor,
-                         table: torch.Tensor, k: int, T: int, L: int, code: str,
-                         out_features: int, in_features: int) -> torch.Tensor:
-    return silu_mul_impl(x2, words, scales, table, k, T, L, code, out_features, in_features)
-
-
-@_trellis_silu_mul_op.register_fake
-def _(x2, words, scales, table, k, T, L, code, out_features, in_features):
-    return x2.new_empty(x2.shape[0], out_features // 2)
 
 
 @torch.library.custom_op("tqbuild::trellis_matmul", mutates_args=())
