@@ -16,14 +16,11 @@ from tqbuild.formats.mlx_affine import unpack
 DTYPES = {0: torch.bfloat16, 1: torch.float16}
 
 
-@pytest.fixture(scope="module", params=[(), ("TQ_AFF_WIDE_TILES=1",),
-                                        ("TQ_AFF_WIDE_TILES=1", "TQ_AFF_PDL=1")],
-                ids=["deep", "wide", "wide-pdl"])
+@pytest.fixture(scope="module", params=[(), ("TQ_AFF_WIDE_TILES=1",)], ids=["deep", "wide"])
 def harness(tmp_path_factory, request) -> Path:
     """The default build (these shapes' few row tiles take the deep launch: 4 chunks in
-    flight a warp), one where every launch is the wide one (2 chunks a warp, 4
-    blocks an SM: the launch of 128 tiles and more), and that under PDL (the first
-    chunks' loads named before the wait, TQ_AFF_EARLY)."""
+    flight a warp) and one where every launch is the wide one (2 chunks a warp, 4
+    blocks an SM: the launch of 128 tiles and more)."""
     return simt_harness.build("affine_host", "tqbuild/runtime", tmp_path_factory.mktemp("simt"),
                               request.param)
 

@@ -186,7 +186,6 @@ inline uint2 ld64(const void* p) {
   return v;
 }
 inline uint32_t ld16(const uint16_t* p) { return *p; }
-inline void pin(uint4) {}  // the device's empty asm naming loaded registers
 
 // PTX prmt (default mode): byte i of the result is byte sel[4i+2:4i] of {b, a}, or its
 // sign replicated where sel bit 4i+3 is set

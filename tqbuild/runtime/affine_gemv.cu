@@ -38,8 +38,6 @@ TQ_DEV uint2 ld64(const void* p) { return __ldg(reinterpret_cast<const uint2*>(p
 TQ_DEV uint32_t ld16(const uint16_t* p) { return __ldg(p); }
 TQ_DEV uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) { return __byte_perm(a, b, sel); }
 TQ_DEV void sync_block() { __syncthreads(); }
-// v's registers named, no instruction: the loads that give v issued before this point
-TQ_DEV void pin(uint4 v) { asm volatile("" ::"r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)); }
 #include "pdl_launch.cuh"  // pdl_trigger, pdl_wait, launch
 
 
@@ -99,10 +97,6 @@ TQ_DEV uint16_t to_bits(float v) {
 #endif
 #ifndef TQ_AFF_MINB_WIDE
 #define TQ_AFF_MINB_WIDE 4
-#endif
-#ifndef TQ_AFF_EARLY
-#define TQ_AFF_EARLY 1  // under PDL, a warp's first chunks asked for before the wait (0: as
-                        // ptxas schedules them: the wide instance's after it)
 #endif
 #ifndef TQ_AFF_PDL
 #define TQ_AFF_PDL 0  // programmatic dependent launch: weights loaded before x is waited for
@@ -175,7 +169,6 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
   const uint32_t mask_a = ra < N ? 0xFFFFFFFFu : 0u, mask_b = rb < N ? 0xFFFFFFFFu : 0u;
   const uint16_t* xr = x + (int64_t)(g < M ? g : M - 1) * K + 4 * c * P;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  TQ_SHARED float red[W][4][32];  // the warps' sums (at the end)
 
   for (int ch0 = lo + warp; ch0 < hi; ch0 += U * W) {
     // U chunks in flight: this lane's words of rows g and g + 8 and their groups' scales
@@ -183,35 +176,16 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
     // the split rereads the first with zero scales and biases (values 0: no branch, so
     // the x loads below may be hoisted too)
     uint4 A[U], B[U];
-    uint32_t SBa[U], SBb[U], sa16[U], ba16[U], sb16[U], bb16[U];
-#pragma unroll
-    for (int d = 0; d < U; ++d) {
-      const int ch = ch0 + d * W < hi ? ch0 + d * W : ch0;
-      A[d] = ld128(wa_row + ch * 16);
-      B[d] = ld128(wb_row + ch * 16);
-      const int gi = (ch * CK + 4 * c * P) >> gs_log2;  // this lane's 4 words: one group
-      sa16[d] = ld16(sa_row + gi);
-      ba16[d] = ld16(ba_row + gi);
-      sb16[d] = ld16(sb_row + gi);
-      bb16[d] = ld16(bb_row + gi);
-    }
-    if (TQ_AFF_PDL && TQ_AFF_EARLY && BITS != 2 && ch0 == lo + warp) {  // (2 bits: spills)
-      // the first chunks' loads issued before the wait for the kernel before this one:
-      // their values named by an empty asm (NVVM would sink the loads below the wait),
-      // then a store (ptxas does not hoist the wait above one)
-#pragma unroll
-      for (int d = 0; d < U; ++d) {
-        pin(A[d]);
-        pin(B[d]);
-        pin(make_uint4(sa16[d], ba16[d], sb16[d], bb16[d]));
-      }
-      red[warp][0][lane] = 0.f;
-    }
+    uint32_t SBa[U], SBb[U];
 #pragma unroll
     for (int d = 0; d < U; ++d) {
       const bool in = ch0 + d * W < hi;
-      SBa[d] = (sa16[d] | ba16[d] << 16) & (in ? mask_a : 0u);
-      SBb[d] = (sb16[d] | bb16[d] << 16) & (in ? mask_b : 0u);
+      const int ch = in ? ch0 + d * W : ch0;
+      A[d] = ld128(wa_row + ch * 16);
+      B[d] = ld128(wb_row + ch * 16);
+      const int gi = (ch * CK + 4 * c * P) >> gs_log2;  // this lane's 4 words: one group
+      SBa[d] = (ld16(sa_row + gi) | ld16(ba_row + gi) << 16) & (in ? mask_a : 0u);
+      SBb[d] = (ld16(sb_row + gi) | ld16(bb_row + gi) << 16) & (in ? mask_b : 0u);
     }
     // the first chunk's scales depend (through a zero ptxas cannot see: mask2 >> 30)
     // on every chunk's words and scales, so all are loaded before the first decode
@@ -267,6 +241,7 @@ affine_mma(const uint16_t* __restrict__ x, const uint32_t* __restrict__ words,
   // the W warps' partial sums, added in warp order by warp 0 (under PDL a warp without
   // chunks waits here: out is written only after the kernel before this one finished)
   if (TQ_AFF_PDL) pdl_wait();
+  TQ_SHARED float red[W][4][32];
 #pragma unroll
   for (int r = 0; r < 4; ++r) red[warp][r][lane] = acc[r];
   sync_block();

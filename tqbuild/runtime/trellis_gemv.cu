@@ -77,10 +77,6 @@ constexpr int SUM_WARPS = TQ_SUM_WARPS;
 #ifndef TQ_COLS_DEPTH
 #define TQ_COLS_DEPTH 4  // cols: rows of words in flight ahead of the decode
 #endif
-#ifndef TQ_COLS_EARLY
-#define TQ_COLS_EARLY 1  // cols at M = 1: a warp's first rows of words asked for before
-                         // the block quantizes its inputs (0: after)
-#endif
 
 __device__ __forceinline__ uint32_t code_hash(uint32_t s) {
 #if TQ_CODE == 0
@@ -176,27 +172,6 @@ __device__ __forceinline__ void load_ptr(const uint32_t* a, const uint32_t* nxt,
         for (int j = 0; j < K; ++j) w[j] = __ldg(a + j);
     }
     w[K] = __ldg(nxt);
-}
-
-// load_ptr as volatile asm: kept in program order with griddepcontrol.wait (NVVM
-// moves __ldg's invariant loads across it), so words asked for before the wait are
-__device__ __forceinline__ uint32_t ldg_ordered(const uint32_t* a) {
-    uint32_t v;
-    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(a));
-    return v;
-}
-__device__ __forceinline__ void load_ptr_ordered(const uint32_t* a, const uint32_t* nxt,
-                                                 uint32_t (&w)[K + 1]) {
-    if constexpr (K == 4) {
-        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(a));
-    } else if constexpr (K == 2) {
-        asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(a));
-    } else {
-#pragma unroll
-        for (int j = 0; j < K; ++j) w[j] = ldg_ordered(a + j);
-    }
-    w[K] = ldg_ordered(nxt);
 }
 
 // the k words of period p of a stored row and the next period's first word
@@ -849,53 +824,38 @@ __global__ void __launch_bounds__(256, M <= 2 ? TQ_TC_MINB12 : TQ_TC_MINB) rows_
     }
 }
 
-// software pipeline, D rows deep: row i's words were loaded D rows earlier into ring
-// slot i % D; rn/qf/qn walk the rows to load (U a unit, then a jump over the other
-// RG − 1 units' rows). `cols_ring` asks for a warp's first D rows (which do not depend
-// on its sub-period) — before the block quantizes its inputs (TQ_COLS_EARLY), so that
-// their latency runs under that prologue and, under PDL, under the kernel before
-constexpr int RING_D = TQ_COLS_DEPTH;
-static_assert(U % RING_D == 0 && RING_D < U, "the ring must tile a unit");
-struct ColsRing {
-    uint32_t ring[RING_D][K + 1];
-    int rn;
-    const uint32_t* qf;
-    const uint32_t* qn;
-};
-__device__ __forceinline__ void cols_ring(ColsRing& c, const uint32_t* __restrict__ words,
-                                          int nw, int p, int ppb, int row0, int nrows_split,
-                                          int rg) {
-    c.rn = rg * U;
-    const Offsets po = offsets(p, ppb);
-    c.qf = words + (size_t)(row0 + c.rn) * nw + po.first;
-    c.qn = words + (size_t)(row0 + c.rn) * nw + po.next;
-#pragma unroll
-    for (int d = 0; d < RING_D; ++d) {  // rows 0 .. D − 1 of the first unit
-        if (c.rn < nrows_split) load_ptr_ordered(c.qf, c.qn, c.ring[d]);
-        c.rn += 1;
-        c.qf += nw;
-        c.qn += nw;
-    }
-}
-
 // one warp's share of a cols block: sub-period SUB of its lane's period, the
 // units rg, rg + RG, … of the split's rows (splats and group terms in shared
 // memory, indexed from the split's first row); per-thread sums -> `red`
 template <int M, int VPT, int SUB>
-__device__ __forceinline__ void cols_body(ColsRing& c, const int* spl, const float* gsm,
-                                          const int* gbm, float* red, int per, int nw,
-                                          int nrows_split, int rg, int RG) {
+__device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, const int* spl,
+                                          const float* gsm, const int* gbm, float* red, int per,
+                                          int nw, int p, int ppb, int row0, int nrows_split,
+                                          int rg, int RG) {
     const int pg = per >> 5;
     float facc[VPT][M];
 #pragma unroll
     for (int v = 0; v < VPT; ++v)
 #pragma unroll
         for (int m = 0; m < M; ++m) facc[v][m] = 0.f;
-    auto& ring = c.ring;
-    int rn = c.rn;
-    const uint32_t* qf = c.qf;
-    const uint32_t* qn = c.qn;
+    // software pipeline, D rows deep: row i's words were loaded D rows earlier into
+    // ring slot i % D; rn/qf/qn walk the rows to load (U a unit, then a jump
+    // over the other RG − 1 units' rows)
+    constexpr int D = TQ_COLS_DEPTH;
+    static_assert(U % D == 0 && D < U, "the ring must tile a unit");
+    uint32_t ring[D][K + 1];
+    int rn = rg * U;
     const size_t jump = (size_t)((RG - 1) * U + 1) * nw;
+    const Offsets po = offsets(p, ppb);
+    const uint32_t* qf = words + (size_t)(row0 + rn) * nw + po.first;
+    const uint32_t* qn = words + (size_t)(row0 + rn) * nw + po.next;
+#pragma unroll
+    for (int d = 0; d < D; ++d) {  // rows 0 .. D−1 of the first unit
+        if (rn < nrows_split) load_ptr(qf, qn, ring[d]);
+        rn += 1;
+        qf += nw;
+        qn += nw;
+    }
     for (int u = rg * U; u < nrows_split; u += RG * U) {
         const int g = u >> 5;
         int acc[VPT][M];
@@ -916,9 +876,9 @@ __device__ __forceinline__ void cols_body(ColsRing& c, const int* spl, const flo
                 const int pos = q4 * 4 + i;  // this row in the unit; the load is row pos + D
                 uint32_t w[K + 1];
 #pragma unroll
-                for (int j = 0; j <= K; ++j) w[j] = ring[pos % RING_D][j];
-                if (rn < nrows_split) load_ptr(qf, qn, ring[pos % RING_D]);
-                const bool unit_end = (pos + RING_D) % U == U - 1;  // the loaded row ends a unit
+                for (int j = 0; j <= K; ++j) w[j] = ring[pos % D][j];
+                if (rn < nrows_split) load_ptr(qf, qn, ring[pos % D]);
+                const bool unit_end = (pos + D) % U == U - 1;  // the loaded row ends a unit
                 rn += unit_end ? (RG - 1) * U + 1 : 1;
                 qf += unit_end ? jump : (size_t)nw;
                 qn += unit_end ? jump : (size_t)nw;
@@ -961,6 +921,8 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     const uint32_t* __restrict__ words, const void* x, int dtype,
     const __half* __restrict__ rs, Out dst, int nrows, int nw, int n_out,
     int ppb, int per, float factor) {
+    if (TQ_PDL_IN) pdl_wait();  // x: the kernel before this one's
+    pdl_trigger();  // sum_splits may start (it waits for this grid); after the wait
     constexpr int VPT = vpt_for(M), S = 32 / VPT, RG = COLS_WARPS / S;
     extern __shared__ int4 smem4[];
     float* red = reinterpret_cast<float*>(smem4);  // [RG][32][M][32]
@@ -969,18 +931,6 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
     int* gbm = reinterpret_cast<int*>(gsm + M * (per >> 5));
     const int row0 = blockIdx.y * per;
     const int nrows_split = min(nrows - row0, per);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int sub = warp % S, rg = warp / S;
-    const int ngo = n_out >> 5;
-    const int p = min(blockIdx.x * 32 + lane, ngo - 1);
-    ColsRing ring;
-    constexpr bool early = TQ_COLS_EARLY && M == 1;  // (M > 1: spills at k = 2 and 4)
-    if (early) {
-        cols_ring(ring, words, nw, p, ppb, row0, nrows_split, rg);
-        red[threadIdx.x] = 0.f;  // a store: ptxas does not hoist the wait above it
-    }
-    if (TQ_PDL_IN) pdl_wait();  // x: the kernel before this one's
-    pdl_trigger();  // sum_splits may start (it waits for this grid); after the wait
     for (int c0 = 0; c0 < M * (per >> 3); c0 += blockDim.x) {  // whole warps (quant8)
         const int c = c0 + threadIdx.x;
         const bool in = c < M * (per >> 3);
@@ -1015,9 +965,12 @@ __global__ void __launch_bounds__(COLS_WARPS * 32, TQ_COLS_MINB) cols_kernel(
         }
     }
     __syncthreads();
-    if (!early) cols_ring(ring, words, nw, p, ppb, row0, nrows_split, rg);
-#define TQ_SUB(X) case X: if constexpr (X < S) cols_body<M, VPT, X>(ring, spl, gsm, gbm, red, \
-        per, nw, nrows_split, rg, RG); break;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = warp % S, rg = warp / S;
+    const int ngo = n_out >> 5;
+    const int p = min(blockIdx.x * 32 + lane, ngo - 1);
+#define TQ_SUB(X) case X: if constexpr (X < S) cols_body<M, VPT, X>(words, spl, gsm, gbm, red, \
+        per, nw, p, ppb, row0, nrows_split, rg, RG); break;
     switch (sub) { TQ_SUB(0) TQ_SUB(1) TQ_SUB(2) TQ_SUB(3) TQ_SUB(4) TQ_SUB(5) TQ_SUB(6) TQ_SUB(7) }
 #undef TQ_SUB
     __syncthreads();
