@@ -155,6 +155,10 @@ def main() -> None:
                     help="static KV cache slots (the context every token's attention reads)")
     ap.add_argument("--profile", action="store_true",
                     help="also each variant's GPU time a token by kernel (torch.profiler)")
+    ap.add_argument("--cols-bps", default="",
+                    help="the p3g variants again at each of these blocks an SM of the mul1 "
+                         "down_proj's cols split (trellis_cuda.COLS_BPS; 0: the kernel's "
+                         "occupancy), as <variant>-bps<b>")
     a = ap.parse_args()
     global TAG
     TAG = a.tag
@@ -185,11 +189,13 @@ def main() -> None:
            "kernel_flags": {"trellis": trellis_cuda._flags(3, 12, "mul1")[3:],
                             "affine": affine_cuda.flags()}}
 
+    suffix = ""  # the cols split's blocks an SM (--cols-bps), where several are run
+
     def run(name: str) -> None:
         if only and name not in only:
             return
         for compiled in modes:
-            key = name + ("+compile" if compiled else "")
+            key = name + suffix + ("+compile" if compiled else "")
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             forward = model.forward
@@ -278,7 +284,13 @@ def main() -> None:
             gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
                                   for _ in range(2)])
             layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, **down), layer.mlp.act_fn)
-        run_lm(name)
+        for bps in [int(b) for b in a.cols_bps.split(",") if b] or [None]:
+            if bps is not None:
+                suffix = f"-bps{bps}"
+                trellis_cuda.COLS_BPS = bps
+                trellis_cuda._cols_default.cache_clear()
+            run_lm(name)
+        suffix = ""
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})

@@ -148,6 +148,10 @@ def _cuda_cases():
                        "pdl": j % 2}))
     cases.append(("mul1", 12, 256, 3, 0, 17 * 32, 5 * 1024 + 256, 8, None))  # partial col block
     cases.append(("mul1", 12, 256, 1, 1, 64, 512, 1, None))
+    # the default split at one and at two blocks an SM (cols_split): many splits a column
+    # block, ragged last splits
+    for j, (k, M, bps) in enumerate([(3, 1, 1), (3, 1, 2), (2, 2, 2), (4, 1, 0)]):
+        cases.append(("mul1", 12, 256, k, 0, 7168 - 96 * j, 2048, M, {"bps": bps}))
     return cases
 
 
@@ -384,3 +388,22 @@ def test_cols_kernel_choice_by_m_and_cfg(monkeypatch):
     assert per(416, 512, {"splits": 3}) == 160  # 160, 160, 96: a ragged last split
     monkeypatch.setattr(gpu_info, "sm_count", lambda device=0: 132)
     assert per(17408, 5120) == per(17408, 5120, {"splits": 3})  # ⌈3 · 132 / 160⌉
+
+
+def test_cols_split_fills_one_wave_at_the_occupancy_of_its_own_split():
+    split = trellis_cuda.cols_split
+    # the 8B down_proj (14336 inputs, 4096 outputs: 4 blocks of 32 periods), 132 SMs
+    occ2 = lambda per: 2  # noqa: E731 - registers cap the kernel at 2 blocks an SM
+    fits = lambda per: True  # noqa: E731
+    assert split(14336, 4096, 132, occ2, fits) == 224  # 64 splits: 256 blocks ≤ 2·132
+    assert split(14336, 4096, 132, occ2, fits, bps=1) == 448  # 32 splits, 128 blocks
+    # a query that counts no blocks (a kernel never allowed the split's shared memory:
+    # the old rule's trap) still gives one wave, at one block an SM
+    assert split(14336, 4096, 132, lambda per: 0, fits) == 448
+    # occupancy falls with the split's shared memory: the most b whose own split fits b
+    by_smem = lambda per: 3 if per <= 128 else 2 if per <= 300 else 1  # noqa: E731
+    assert split(14336, 4096, 132, by_smem, fits) == 224  # b = 3 -> 160 rows: only 2 fit
+    assert split(17408, 5120, 132, occ2, fits) == 352  # 5 column blocks: 50 splits, 250
+    # shared memory caps a split: never more rows than fit, however few the blocks
+    assert split(14336, 64, 1, lambda per: 1, lambda per: per <= 4096) == 3584  # halved twice
+    assert split(40, 64, 132, occ2, fits) == 32  # never under 32 rows

@@ -64,7 +64,7 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
         "tq_gemv_fused_smem": (Z, [I] * 4),
         "tq_gemv_mma_smem": (Z, [I] * 3),
         "tq_gemv_cols_smem": (Z, [I] * 2),
-        "tq_gemv_cols_per": (I, [I, I, I, Z])}
+        "tq_gemv_cols_occupancy": (I, [I, I])}
     for name, (res, args) in sig.items():
         f = getattr(dll, name)
         f.restype, f.argtypes = res, args
@@ -163,9 +163,40 @@ def _split_rows(nrows: int, splits: int) -> int:
     return -(-nrows // (32 * splits)) * 32
 
 
-def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None = None) -> int:
-    """Input rows a block takes (a multiple of 32): by default one full wave of
-    blocks, no more rows than their splats fit in shared memory."""
+COLS_BPS = 0  # blocks an SM the default cols split fills (0: as many as the kernel's
+# occupancy allows at that split)
+
+
+def cols_split(nrows: int, n_out: int, sms: int, occupancy, fits, bps: int = 0) -> int:
+    """Input rows a cols block takes (a multiple of 32) by default: one full wave of
+    blocks, `bps` an SM (0: the most b whose split's blocks b of fit an SM by
+    `occupancy(per)`), no more rows than `fits(per)` allows in shared memory."""
+    cap = -(-nrows // 32) * 32
+    while cap > 32 and not fits(cap):
+        cap = -(-(cap // 2) // 32) * 32
+    blocks_x = -(-(n_out // 32) // 32)  # 32 output periods a block
+
+    def per_for(b: int) -> int:
+        return min(cap, _split_rows(nrows, max(1, sms * b // blocks_x)))
+
+    if bps > 0:
+        return per_for(bps)
+    b = max(1, occupancy(32))  # the most blocks an SM holds (the smallest split)
+    while b > 1 and occupancy(per_for(b)) < b:
+        b -= 1
+    return per_for(b)
+
+
+@functools.cache
+def _cols_default(lib: ctypes.CDLL, M: int, nrows: int, n_out: int, sms: int, bps: int) -> int:
+    return cols_split(nrows, n_out, sms, lambda per: lib.tq_gemv_cols_occupancy(M, per),
+                      lambda per: lib.tq_gemv_cols_smem(M, per) <= SMEM_LIMIT, bps)
+
+
+def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None = None,
+             device: int = 0) -> int:
+    """Input rows a cols block takes (a multiple of 32): cfg's `per`, `splits` or
+    `bps` (blocks an SM), by default `cols_split` at COLS_BPS."""
     if cfg and "per" in cfg:
         return int(cfg["per"])
     if cfg and "splits" in cfg:
@@ -173,7 +204,8 @@ def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None 
         while per > 32 and lib.tq_gemv_cols_smem(M, per) > SMEM_LIMIT:
             per = -(-(per // 2) // 32) * 32
         return per
-    return int(lib.tq_gemv_cols_per(M, nrows, n_out, SMEM_LIMIT))
+    bps = int((cfg or {}).get("bps", COLS_BPS))
+    return _cols_default(lib, M, nrows, n_out, gpu_info.sm_count(device), bps)
 
 
 COLS_TC_MS = range(3, 9)  # cols on the tensor cores by default at these M (axis 0; H200,
@@ -343,7 +375,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
                                    out.data_ptr(), odt, M, rows, nw, out_features, T, per,
                                    int(c.get("warps", COLS_TC_WARPS)), factor, st), "cols (tc)")
         return out
-    per = cols_per(rows, out_features, M, lib, cfg)
+    per = cols_per(rows, out_features, M, lib, cfg, dev)
     part = _partials(x, rows, per, out_features)
     _check(lib.tq_gemv_cols(words.data_ptr(), x.data_ptr(), DTYPES[x.dtype],
                             scales.data_ptr(), part.data_ptr(), out.data_ptr(), odt, use_pdl, M,

@@ -907,7 +907,10 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, co
 }
 
 __host__ __device__ constexpr int vpt_for(int M) { return M == 1 ? 32 : M == 2 ? 16 : M <= 4 ? 8 : 4; }
-constexpr int COLS_WARPS = 8;
+#ifndef TQ_COLS_WARPS
+#define TQ_COLS_WARPS 8  // cols: warps a block (16 with TQ_COLS_MINB=1: one block an SM)
+#endif
+constexpr int COLS_WARPS = TQ_COLS_WARPS;
 
 __host__ __device__ constexpr size_t cols_smem(int M, int per) {
     return ((size_t)(COLS_WARPS / (32 / vpt_for(M))) * 32 * M * 32 + (size_t)M * per +
@@ -1224,18 +1227,20 @@ int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, i
                   out, rows, nw, n, ppb, factor);
 }
 
-// cols rows a block: one full wave of blocks at the kernel's occupancy, no more
-// rows than their splats fit in `limit` bytes of shared memory; a multiple of 32
+// the dynamic shared memory cols_kernel<M> is allowed (raised as launches and the
+// occupancy query need more; one static per instance)
 template <int M>
-int auto_per(int nrows, int n_out, size_t limit) {
-    int per = (nrows + 31) / 32 * 32, occ = 0;
-    while (per > 32 && cols_smem(M, per) > limit) per = (per / 2 + 31) / 32 * 32;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, cols_kernel<M>, COLS_WARPS * 32,
-                                                  cols_smem(M, per));
-    const int blocks_x = (n_out / 32 + 31) / 32;
-    const int splits = max(1, sm_count() * max(1, occ) / blocks_x);
-    const int want = ((nrows + splits - 1) / splits + 31) / 32 * 32;
-    return min(per, max(32, want));
+size_t cols_allowed = 48 * 1024;
+
+// blocks of cols_kernel<M> an SM holds at `per` rows a block; the kernel's shared
+// memory limit raised first (a kernel not allowed that much counts none)
+template <int M>
+int cols_occupancy(int per) {
+    const size_t smem = cols_smem(M, per);
+    allow_smem(cols_kernel<M>, smem, cols_allowed<M>);
+    int occ = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, cols_kernel<M>, COLS_WARPS * 32, smem);
+    return occ;
 }
 
 // the splits' partial sums part [splits][count] -> out, in split order (none: the
@@ -1251,8 +1256,7 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
                 Out out, int nrows, int nw, int n_out, int ppb, int per, bool pdl,
                 float factor, cudaStream_t st) {
     const size_t smem = cols_smem(M, per);
-    static size_t allowed = 48 * 1024;
-    allow_smem(cols_kernel<M>, smem, allowed);
+    allow_smem(cols_kernel<M>, smem, cols_allowed<M>);
     const int splits = (nrows + per - 1) / per;
     dim3 grid((n_out / 32 + 31) / 32, splits);
     const int rc = launch(cols_kernel<M>, grid, COLS_WARPS * 32, smem, st, TQ_PDL_IN && pdl,
@@ -1375,8 +1379,9 @@ int tq_gemv_cols_tc(const void* words, const void* x, int dtype, const void* rs,
 
 size_t tq_gemv_cols_smem(int M, int per) { return cols_smem(M, per); }
 
-int tq_gemv_cols_per(int M, int nrows, int n_out, size_t limit) {
-#define TQ_M(X) case X: return auto_per<X>(nrows, n_out, limit);
+// blocks of the cols kernel at M an SM holds with `per` rows a block
+int tq_gemv_cols_occupancy(int M, int per) {
+#define TQ_M(X) case X: return cols_occupancy<X>(per);
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -1;

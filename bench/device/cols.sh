@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call for the cols (down_proj) kernel's split: the int8 kernel tests and the
+# PDL chain (cols under both launch modes), bench/cols_splits.py (blocks an SM, rows a block,
+# the 16-warp build, beside bf16 cuBLAS), then the 8B-shaped decode (tq_sdpa, lm_head 4-bit)
+# of bf16 and pair gate/up + mul1 down at each COLS_BPS. TAG, END_S, BPS, KS, MS, SKIP_TESTS,
+# SKIP_GEMV, ONLY. bash bench/device/cols.sh
+source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
+TAG=${TAG:--cols}
+left() { echo $(( ${END_S:-570} - SECONDS )); }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+export TORCHINDUCTOR_ENABLE_PDL=1
+python3 -c "
+from tqbuild.runtime import trellis_cuda as tc
+tc.prebuild([(k, 12, 'mul1') for k in (2, 3, 4)])" 2>&1 | tail -2 &
+if [ -z "$SKIP_TESTS" ]; then
+  timeout 200 python3 -m pytest -q tests/test_trellis_int8.py tests/test_pdl_chain.py -k cuda \
+    2>&1 | tee "$OUT/tests$TAG.log" | tail -3
+fi
+wait
+echo "=== gemv $SECONDS s"
+[ -z "$SKIP_GEMV" ] && timeout 240 python3 bench/cols_splits.py --ks "${KS:-2,3,4}" \
+  --ms "${MS:-1,2,4}" --tag="$TAG" 2>&1 | cut -c1-330 | tee "$OUT/gemv$TAG.log" | \
+  python3 -c "
+import json, sys
+for ln in sys.stdin:
+    try: r = json.loads(ln)
+    except ValueError: print(ln.rstrip()); continue
+    print(r['shape'][:7], 'k', r['k'], 'M', r['M'], r['flags'][:16], r['cfg'], r['per'], r['blocks'],
+          r['occupancy'], round(r['seconds'] * 1e6, 2), round(r['speedup_vs_bf16'], 3))"
+cp bench/results/cols_splits-cuda$TAG.json "$OUT/" 2>/dev/null
+echo "=== decode $SECONDS s"
+timeout "$(left)" python3 bench/decode_8b.py --compile --no-eager --attn tq_sdpa \
+  --only "${ONLY:-bf16,p3g-fused-cu-lm4-qkv}" --cols-bps "${BPS:-1,2}" --tag="$TAG" 2>&1 \
+  | grep -E "compile \{|Error" | cut -c1-200
+cp "bench/results/decode_8b-cuda$TAG.json" "$OUT/" 2>/dev/null
+echo "=== done $SECONDS s"
