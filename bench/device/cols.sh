@@ -13,13 +13,28 @@ python3 -c "
 from tqbuild.runtime import trellis_cuda as tc
 tc.prebuild([(k, 12, 'mul1') for k in (2, 3, 4)])" 2>&1 | tail -2 &
 if [ -z "$SKIP_TESTS" ]; then
-  timeout 200 python3 -m pytest -q tests/test_trellis_int8.py tests/test_pdl_chain.py -k cuda \
+  timeout 200 python3 -m pytest -q tests/test_trellis_int8.py tests/test_pdl_chain.py -k "cuda or pdl" \
     2>&1 | tee "$OUT/tests$TAG.log" | tail -3
 fi
 wait
+echo "=== big splits $SECONDS s"  # explicit rows a block past 48 KB of shared memory
+timeout 60 python3 -c "
+import torch
+from tqbuild.runtime import trellis_cuda as tc
+lib = tc.library(2, 12, 'mul1')
+w = torch.randint(-2**31, 2**31 - 1, (17408, 5120 * 2 // 32), dtype=torch.int32, device='cuda')
+sc = torch.ones(17408, dtype=torch.half, device='cuda')
+for m, per in ((4, 1344), (4, 2688), (1, 4352), (2, 2688)):
+    x = torch.randn(m, 17408, device='cuda', dtype=torch.bfloat16)
+    try:
+        tc.matvec(x, w, sc, code='mul1', k=2, T=256, L=12, axis=0, out_features=5120,
+                  in_features=17408, cfg={'per': per, 'tc': False}); torch.cuda.synchronize()
+        print('M', m, 'per', per, 'smem', lib.tq_gemv_cols_smem(m, per), 'ok')
+    except RuntimeError as e:
+        print('M', m, 'per', per, 'smem', lib.tq_gemv_cols_smem(m, per), e)" 2>&1 | tail -5
 echo "=== gemv $SECONDS s"
 [ -z "$SKIP_GEMV" ] && timeout 240 python3 bench/cols_splits.py --ks "${KS:-2,3,4}" \
-  --ms "${MS:-1,2,4}" --tag="$TAG" 2>&1 | cut -c1-330 | tee "$OUT/gemv$TAG.log" | \
+  --ms "${MS:-1,2}" --tag="$TAG" 2>&1 | cut -c1-330 | tee "$OUT/gemv$TAG.log" | \
   python3 -c "
 import json, sys
 for ln in sys.stdin:
@@ -30,7 +45,7 @@ for ln in sys.stdin:
 cp bench/results/cols_splits-cuda$TAG.json "$OUT/" 2>/dev/null
 echo "=== decode $SECONDS s"
 timeout "$(left)" python3 bench/decode_8b.py --compile --no-eager --attn tq_sdpa \
-  --only "${ONLY:-bf16,p3g-fused-cu-lm4-qkv}" --cols-bps "${BPS:-1,2}" --tag="$TAG" 2>&1 \
+  --only "${ONLY:-bf16,affine4-cu-lm4-qkv,q3-fused-cu-lm4-qkv,p3g-fused-cu-lm4-qkv}" --cols-bps "${BPS:-}" --tag="$TAG" 2>&1 \
   | grep -E "compile \{|Error" | cut -c1-200
 cp "bench/results/decode_8b-cuda$TAG.json" "$OUT/" 2>/dev/null
 echo "=== done $SECONDS s"
