@@ -34,7 +34,7 @@ for m, per in ((4, 1344), (4, 2688), (1, 4352), (2, 2688)):
         print('M', m, 'per', per, 'smem', lib.tq_gemv_cols_smem(m, per), e)" 2>&1 | tail -5
 echo "=== gemv $SECONDS s"
 [ -z "$SKIP_GEMV" ] && timeout 240 python3 bench/cols_splits.py --ks "${KS:-2,3,4}" \
-  --ms "${MS:-1,2}" --tag="$TAG" 2>&1 | cut -c1-330 | tee "$OUT/gemv$TAG.log" | \
+  --ms "${MS:-1}" --tag="$TAG" 2>&1 | cut -c1-330 | tee "$OUT/gemv$TAG.log" | \
   python3 -c "
 import json, sys
 for ln in sys.stdin:
