@@ -3,7 +3,7 @@
 # PDL chain (cols under both launch modes), bench/cols_splits.py (blocks an SM, rows a block,
 # the 16-warp build, beside bf16 cuBLAS), then the 8B-shaped decode (tq_sdpa, lm_head 4-bit)
 # of bf16 and pair gate/up + mul1 down at each COLS_BPS. TAG, END_S, BPS, KS, MS, SKIP_TESTS,
-# SKIP_GEMV, ONLY. bash bench/device/cols.sh
+# SKIP_GEMV, SKIP_DECODE, ONLY. bash bench/device/cols.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--cols}
 left() { echo $(( ${END_S:-570} - SECONDS )); }
@@ -44,7 +44,7 @@ for ln in sys.stdin:
           r['occupancy'], round(r['seconds'] * 1e6, 2), round(r['speedup_vs_bf16'], 3))"
 cp bench/results/cols_splits-cuda$TAG.json "$OUT/" 2>/dev/null
 echo "=== decode $SECONDS s"
-timeout "$(left)" python3 bench/decode_8b.py --compile --no-eager --attn tq_sdpa \
+[ -z "$SKIP_DECODE" ] && timeout "$(left)" python3 bench/decode_8b.py --compile --no-eager --attn tq_sdpa \
   --only "${ONLY:-bf16,affine4-cu-lm4-qkv,q3-fused-cu-lm4-qkv,p3g-fused-cu-lm4-qkv}" --cols-bps "${BPS:-}" --tag="$TAG" 2>&1 \
   | grep -E "compile \{|Error" | cut -c1-200
 cp "bench/results/decode_8b-cuda$TAG.json" "$OUT/" 2>/dev/null
