@@ -1,18 +1,18 @@
 """The cols (axis 0, down_proj) kernel's split of its inputs: blocks an SM, rows a
-block, and the 8-warp build, next to bf16 cuBLAS of the same shape, on the GPU.
+block, and a 16-warp build, next to bf16 cuBLAS of the same shape, on the GPU.
 
     python bench/cols_splits.py [--ks 2,3,4] [--ms 1,2,4] [--tag=-x]
         # -> bench/results/cols_splits-cuda{tag}.json
 
-The default split fills one wave of blocks at the kernel's occupancy
-(`trellis_cuda.cols_split`); before it was fixed the occupancy query counted
-no blocks for the 8B-shaped down_proj (the kernel was never allowed the shared
-memory of the whole input) and the split took one block an SM. Each row here
+The default split fills one wave of blocks, `trellis_cuda.COLS_BPS` an SM
+(`cols_split`; 0: the kernel's occupancy at the split's own shared memory).
+Before session 22 the occupancy query counted no blocks for the 8B-shaped
+down_proj (the kernel was never allowed the shared memory of the whole input),
+so the split took one block an SM by accident. Each row here
 is one (shape, k, M, cfg) graph-timed over distinct weight copies (> 3× L2),
-with the blocks an SM its grid gives; at k = 3 also the 8-warp library
-(`-DTQ_COLS_WARPS=8 -DTQ_COLS_MINB=2`, the default before: one or two blocks an
-SM) beside the 16-warp default (one block of 16 warps an SM sharing one
-quantization of the block's inputs).
+with the blocks an SM its grid gives; at k = 3 also the 16-warp library
+(`-DTQ_COLS_WARPS=16 -DTQ_COLS_MINB=1`: one block of 16 warps an SM, sharing
+one quantization of the block's inputs) beside the 8-warp default.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tqbuild.runtime import trellis_cuda as tc  # noqa: E402
 # (name, out_features, in_features): down_proj of Llama-3-8B and of the 27B-like shape
 SHAPES = [("down8b 4096x14336", 4096, 14336), ("down 5120x17408", 5120, 17408)]
 CODE, L, T = "mul1", 12, 256
-NARROW = "-DTQ_COLS_WARPS=8 -DTQ_COLS_MINB=2"  # the 8-warp build (before session 22)
+WIDE = "-DTQ_COLS_WARPS=16 -DTQ_COLS_MINB=1"  # one block of 16 warps an SM
 
 
 def cfgs(in_f: int, out_f: int, sms: int) -> list[dict | None]:
@@ -78,7 +78,7 @@ def main() -> None:
         for k in ks:
             copies, nbytes = packed_case(None, k, in_f, out_f, l2, g)
             kw = dict(code=CODE, k=k, T=T, L=L, axis=0, out_features=out_f, in_features=in_f)
-            for flags in ["", NARROW] if k == 3 else [""]:
+            for flags in ["", WIDE] if k == 3 else [""]:
                 os.environ["TQBUILD_GEMV_FLAGS"] = flags
                 tc._libs.clear()
                 tc._cols_default.cache_clear()

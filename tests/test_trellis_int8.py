@@ -407,3 +407,23 @@ def test_cols_split_fills_one_wave_at_the_occupancy_of_its_own_split():
     # shared memory caps a split: never more rows than fit, however few the blocks
     assert split(14336, 64, 1, lambda per: 1, lambda per: per <= 4096) == 3584  # halved twice
     assert split(40, 64, 132, occ2, fits) == 32  # never under 32 rows
+
+
+def test_cols_per_defaults_to_one_block_an_sm_as_measured(monkeypatch):
+    class Lib:  # a library whose kernel holds 2 blocks an SM at any split
+        def tq_gemv_cols_occupancy(self, M, per):
+            return 2
+
+        def tq_gemv_cols_smem(self, M, per):
+            return 1024
+
+    monkeypatch.setattr(gpu_info, "sm_count", lambda device=0: 132)
+    per = trellis_cuda.cols_per
+    assert trellis_cuda.COLS_BPS == 1  # H100: one block an SM beat two at M = 1
+    assert per(14336, 4096, 1, Lib()) == 448  # 32 splits: 128 blocks
+    assert per(14336, 4096, 1, Lib(), {"bps": 2}) == 224
+    assert per(14336, 4096, 1, Lib(), {"bps": 0}) == 224  # the kernel's occupancy: 2
+    monkeypatch.setattr(trellis_cuda, "COLS_BPS", 0)
+    assert per(14336, 4096, 1, Lib()) == 224
+    assert per(14336, 4096, 1, Lib(), {"splits": 7}) == 2048  # ⌈14336 / 224⌉ · 32
+    assert per(14336, 4096, 1, Lib(), {"per": 96}) == 96
