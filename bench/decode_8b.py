@@ -284,6 +284,7 @@ def main() -> None:
             gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
                                   for _ in range(2)])
             layer.mlp = GateUpMLP(gate_up, trellis(hid, inter, 0, g, **down), layer.mlp.act_fn)
+        bps0 = trellis_cuda.COLS_BPS
         for bps in [int(b) for b in a.cols_bps.split(",") if b] or [None]:
             if bps is not None:
                 suffix = f"-bps{bps}"
@@ -291,6 +292,8 @@ def main() -> None:
                 trellis_cuda._cols_default.cache_clear()
             run_lm(name)
         suffix = ""
+        trellis_cuda.COLS_BPS = bps0
+        trellis_cuda._cols_default.cache_clear()
     model.lm_head = lm_head
     for key, v in res["variants"].items():  # vs bf16 run the same way (eager / compiled)
         b = res["variants"].get("bf16" + ("+compile" if key.endswith("+compile") else ""), {})

@@ -172,8 +172,8 @@ COLS_BPS = 1  # blocks an SM the default cols split fills (0: as many as the ker
 
 def cols_split(nrows: int, n_out: int, sms: int, occupancy, fits, bps: int = 0) -> int:
     """Input rows a cols block takes (a multiple of 32) by default: one full wave of
-    blocks, `bps` an SM (0: the most b whose split's blocks b of fit an SM by
-    `occupancy(per)`), no more rows than `fits(per)` allows in shared memory."""
+    blocks, `bps` an SM (0: the largest b such that b blocks of that split fit an SM,
+    by `occupancy(per)`), no more rows than `fits(per)` allows in shared memory."""
     cap = -(-nrows // 32) * 32
     while cap > 32 and not fits(cap):
         cap = -(-(cap // 2) // 32) * 32
