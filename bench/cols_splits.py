@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from hostinfo import host  # noqa: E402
 from trellis_gemv import time_int8  # noqa: E402
-from trellis_matvec import copies_for, graph_time, packed_case  # noqa: E402
+from trellis_matvec import bf16_times, packed_case  # noqa: E402
 
 from tqbuild.runtime import gpu_info  # noqa: E402
 from tqbuild.runtime import trellis_cuda as tc  # noqa: E402
@@ -66,15 +66,7 @@ def main() -> None:
     path = HERE / "results" / f"cols_splits-cuda{a.tag}.json"
     path.parent.mkdir(exist_ok=True)
     for name, out_f, in_f in SHAPES:
-        wb = torch.randn(out_f, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
-        bfs = [wb.clone() for _ in range(copies_for(wb.numel() * 2, l2))]
-        del wb
-        t_bf = {}
-        for m in ms:
-            xm = torch.randn(m, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
-            t_bf[m] = graph_time(lambda xm=xm, bfs=bfs: [torch.nn.functional.linear(xm, w)
-                                                         for w in bfs]) / len(bfs)
-        del bfs
+        t_bf = bf16_times(out_f, in_f, ms, l2, g)
         for k in ks:
             copies, nbytes = packed_case(None, k, in_f, out_f, l2, g)
             kw = dict(code=CODE, k=k, T=T, L=L, axis=0, out_features=out_f, in_features=in_f)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from hostinfo import host  # noqa: E402
 from trellis_gemv import sass_loop  # noqa: E402
-from trellis_matvec import copies_for, copy_bandwidth, graph_time  # noqa: E402
+from trellis_matvec import bf16_times, copies_for, copy_bandwidth, graph_time  # noqa: E402
 
 from tqbuild.kernels import nvcc  # noqa: E402
 from tqbuild.runtime import pair_cuda  # noqa: E402
@@ -85,15 +85,7 @@ def main() -> None:
     out = HERE / "results" / f"pair_gemv-cuda{a.tag}.json"
     for sname in a.shapes.split(","):
         out_f, in_f, axis = SHAPES[sname]
-        wb = torch.randn(out_f, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
-        bfs = [wb.clone() for _ in range(copies_for(wb.numel() * 2, l2))]
-        del wb
-        t_bf = {}
-        for M in ms:
-            xm = torch.randn(M, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
-            t_bf[M] = graph_time(lambda xm=xm, bfs=bfs: [torch.nn.functional.linear(xm, w)
-                                                          for w in bfs]) / len(bfs)
-        del bfs
+        t_bf = bf16_times(out_f, in_f, ms, l2, g)
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
         for k in ks:
             words = torch.randint(-2**31, 2**31 - 1, (rows, cols * k // 32), device="cuda",

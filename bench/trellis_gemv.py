@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from hostinfo import host  # noqa: E402
-from trellis_matvec import copies_for, copy_bandwidth, graph_time, packed_case  # noqa: E402
+from trellis_matvec import bf16_times, copy_bandwidth, graph_time, packed_case  # noqa: E402
 
 from tqbuild.kernels import nvcc  # noqa: E402
 from tqbuild.runtime import trellis_cuda as tc  # noqa: E402
@@ -177,15 +177,7 @@ def main() -> None:
     res["chosen"] = best
     for name, out_f, in_f, axis in shapes:
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
-        wb = torch.randn(out_f, in_f, device=dev, dtype=torch.bfloat16, generator=g)
-        bfs = [wb.clone() for _ in range(copies_for(wb.numel() * 2, l2))]
-        del wb
-        t_bf = {}
-        for m in ms:
-            xm = torch.randn(m, in_f, device=dev, dtype=torch.bfloat16, generator=g)
-            t_bf[m] = graph_time(lambda xm=xm, bfs=bfs: [torch.nn.functional.linear(xm, w)
-                                                          for w in bfs]) / len(bfs)
-        del bfs
+        t_bf = bf16_times(out_f, in_f, ms, l2, g)
         for k in ks:
             copies, nbytes = packed_case(None, k, rows, cols, l2, g)
             kw = dict(code=CODE, k=k, T=T, L=L, axis=axis, out_features=out_f, in_features=in_f)

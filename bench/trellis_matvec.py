@@ -120,6 +120,20 @@ def copies_for(nbytes: int, l2: int) -> int:
     return max(2, -(-3 * l2 // nbytes))
 
 
+def bf16_times(out_f: int, in_f: int, ms, l2: int, g) -> dict[int, float]:
+    """Seconds of bf16 cuBLAS x [M, in_f] @ W.T for each M in ms, replayed from a CUDA
+    graph over copies of one random weight (> 3× L2); x and W drawn from g."""
+    wb = torch.randn(out_f, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
+    bfs = [wb.clone() for _ in range(copies_for(wb.numel() * 2, l2))]
+    del wb
+    t_bf = {}
+    for m in ms:
+        xm = torch.randn(m, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
+        t_bf[m] = graph_time(lambda xm=xm: [torch.nn.functional.linear(xm, w)
+                                            for w in bfs]) / len(bfs)
+    return t_bf
+
+
 def time_packed(x, copies, **kw) -> float:
     def run():
         return [tk.matvec(x, w, sc, **kw) for w, sc in copies]
