@@ -1142,13 +1142,14 @@ int sm_count() {
 
 // Opt a kernel into `smem` bytes of dynamic shared memory beyond the default 48 KB;
 // `allowed` (a static per kernel at the caller) keeps it to one call per new
-// maximum, made before any CUDA-graph capture of that size
+// maximum, made before any CUDA-graph capture of that size (a refused raise is not
+// recorded: the next call asks again, and the launch reports the error)
 template <typename F>
 void allow_smem(F kernel, size_t smem, size_t& allowed) {
-    if (smem > allowed) {
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (smem > allowed &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
+            cudaSuccess)
         allowed = smem;
-    }
 }
 
 size_t fused_smem(int M, int n, int RB, int warps) {
