@@ -163,6 +163,13 @@ def _split_rows(nrows: int, splits: int) -> int:
     return -(-nrows // (32 * splits)) * 32
 
 
+def _halved_to_fit(per: int, fits) -> int:
+    """per (a multiple of 32) halved, rounded up to a multiple of 32, until fits(per) or 32."""
+    while per > 32 and not fits(per):
+        per = -(-(per // 2) // 32) * 32
+    return per
+
+
 COLS_BPS = 1  # blocks an SM the default cols split fills (0: as many as the kernel's
 # occupancy allows at that split). One block an SM of 8 warps (a split of 448 inputs for the
 # 8B down_proj) beat two (224) at M = 1 on an H100: 4096 × 14336 k = 2 / 3 / 4 18.2 / 19.0 /
@@ -174,9 +181,7 @@ def cols_split(nrows: int, n_out: int, sms: int, occupancy, fits, bps: int = 0) 
     """Input rows a cols block takes (a multiple of 32) by default: one full wave of
     blocks, `bps` an SM (0: the largest b such that b blocks of that split fit an SM,
     by `occupancy(per)`), no more rows than `fits(per)` allows in shared memory."""
-    cap = -(-nrows // 32) * 32
-    while cap > 32 and not fits(cap):
-        cap = -(-(cap // 2) // 32) * 32
+    cap = _halved_to_fit(-(-nrows // 32) * 32, fits)
     blocks_x = -(-(n_out // 32) // 32)  # 32 output periods a block
 
     def per_for(b: int) -> int:
@@ -203,10 +208,8 @@ def cols_per(nrows: int, n_out: int, M: int, lib: ctypes.CDLL, cfg: dict | None 
     if cfg and "per" in cfg:
         return int(cfg["per"])
     if cfg and "splits" in cfg:
-        per = _split_rows(nrows, int(cfg["splits"]))
-        while per > 32 and lib.tq_gemv_cols_smem(M, per) > SMEM_LIMIT:
-            per = -(-(per // 2) // 32) * 32
-        return per
+        return _halved_to_fit(_split_rows(nrows, int(cfg["splits"])),
+                              lambda per: lib.tq_gemv_cols_smem(M, per) <= SMEM_LIMIT)
     bps = int((cfg or {}).get("bps", COLS_BPS))
     return _cols_default(lib, M, nrows, n_out, gpu_info.sm_count(device), bps)
 
