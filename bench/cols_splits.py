@@ -10,7 +10,7 @@ Before session 22 the occupancy query counted no blocks for the 8B-shaped
 down_proj (the kernel was never allowed the shared memory of the whole input),
 so the split took one block an SM by accident. Each row here
 is one (shape, k, M, cfg) graph-timed over distinct weight copies (> 3× L2),
-with the blocks an SM its grid gives; at k = 3 also the 16-warp library
+with the blocks an SM its grid gives; also the 16-warp library
 (`-DTQ_COLS_WARPS=16 -DTQ_COLS_MINB=1`: one block of 16 warps an SM, sharing
 one quantization of the block's inputs) beside the 8-warp default.
 """
@@ -70,7 +70,7 @@ def main() -> None:
         for k in ks:
             copies, nbytes = packed_case(None, k, in_f, out_f, l2, g)
             kw = dict(code=CODE, k=k, T=T, L=L, axis=0, out_features=out_f, in_features=in_f)
-            for flags in ["", WIDE] if k == 3 else [""]:
+            for flags in ["", WIDE]:
                 os.environ["TQBUILD_GEMV_FLAGS"] = flags
                 tc._libs.clear()
                 tc._cols_default.cache_clear()
