@@ -40,7 +40,7 @@
 #define TQ_DEV __device__ __forceinline__
 #define TQ_GLOBAL __global__
 #define TQ_BOUNDS(n) __launch_bounds__(n)
-#include "pdl_launch.cuh"  // pdl_trigger, pdl_wait, launch
+#include "pdl_launch.cuh"  // pdl_trigger, pdl_wait, launch, raise_smem
 #endif
 #include "quant8.cuh"
 #include "row_words.cuh"
@@ -646,11 +646,6 @@ int pick_gsw(F need) {
     return need(GSW_PAD) <= (size_t)limit ? GSW_PAD : need(GSW_TIGHT) <= (size_t)limit ? GSW_TIGHT : 0;
 }
 
-template <typename K_>
-cudaError_t allow_smem(K_ kern, size_t smem) {
-    return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-}
-
 template <int M, int RB, int WPR, int NTH>
 int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const void* x, int dt,
                 Out out, int rows, int n, int ppb, float factor, int nblocks, bool pdl,
@@ -659,7 +654,7 @@ int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const v
     if (!gsw) return -2;
     const size_t smem = rows_smem(M, n, RB, NTH, gsw);
     auto kern = pair_rows<M, RB, WPR, NTH>;
-    const cudaError_t e = allow_smem(kern, smem);
+    const cudaError_t e = raise_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     return launch(kern, nblocks, NTH, smem, st, TQ_PDL_IN && pdl, w, s, t, x, dt, out, rows, n, ppb,
                   gsw, factor, nblocks);
@@ -707,7 +702,7 @@ int tq_pair_cols(const void* words, const void* scales, const void* table, const
     const size_t smem = cols_smem(n_in, n_out, nblocks, gsw);
     if (sub != 1 && sub != 2) return -1;
     auto kern = sub == 1 ? pair_cols<1, NT> : pair_cols<2, 2 * NT>;
-    const cudaError_t e = allow_smem(kern, smem);
+    const cudaError_t e = raise_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     float* sums = (float*)part;
     int2* tiles_of = reinterpret_cast<int2*>(sums + (size_t)nblocks * 2048);

@@ -32,5 +32,30 @@ static int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
     c.attrs = a;
     c.numAttrs = pdl ? 1 : 0;
     const cudaError_t e = cudaLaunchKernelEx(&c, kernel, static_cast<P>(args)...);
-    return (int)(e != cudaSuccess ? e : cudaGetLastError());
+    const cudaError_t pending = cudaGetLastError();  // read, so a failure is reported once
+    return (int)(e != cudaSuccess ? e : pending);
+}
+
+// The runtime keeps the last error until cudaGetLastError reads it, and a launch that
+// succeeds reports it: the setup calls below read their own, so a refused raise or query
+// fails only itself (the launch that needed it fails on its own), never a later launch.
+
+// allow `kernel` `smem` bytes of dynamic shared memory (beyond 48 KB: an opt-in)
+template <typename K>
+static cudaError_t raise_smem(K kernel, size_t smem) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) cudaGetLastError();
+    return e;
+}
+
+// blocks of `kernel` an SM holds at `threads` a block and `smem` bytes (0 where refused)
+template <typename K>
+static int occupancy(K kernel, int threads, size_t smem) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
 }

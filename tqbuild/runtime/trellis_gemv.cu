@@ -1146,10 +1146,7 @@ int sm_count() {
 // recorded: the next call asks again, and the launch reports the error)
 template <typename F>
 void allow_smem(F kernel, size_t smem, size_t& allowed) {
-    if (smem > allowed &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
-            cudaSuccess)
-        allowed = smem;
+    if (smem > allowed && raise_smem(kernel, smem) == cudaSuccess) allowed = smem;
 }
 
 size_t fused_smem(int M, int n, int RB, int warps) {
@@ -1182,8 +1179,7 @@ int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x
         static size_t allowed = 48 * 1024; \
         allow_smem(rows_fused<M, R>, smem, allowed); \
         int bps = blocks_per_sm; \
-        if (bps <= 0) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_fused<M, R>, \
-                                                                    warps * 32, smem); \
+        if (bps <= 0) bps = occupancy(rows_fused<M, R>, warps * 32, smem); \
         const int grid = max(1, min((nrb + rgb - 1) / rgb, sms * max(1, bps))); \
         return launch(rows_fused<M, R>, grid, warps * 32, smem, st, (ws || TQ_PDL_IN) && pdl, \
                       words, scales, x, \
@@ -1204,8 +1200,7 @@ int launch_rows_mma(const uint32_t* words, const __half* scales, const void* x, 
     const size_t smem = mma_smem(M, n, warps);
     static size_t allowed = 48 * 1024;
     allow_smem(rows_mma<M>, smem, allowed);
-    int bps = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_mma<M>, warps * 32, smem);
+    const int bps = occupancy(rows_mma<M>, warps * 32, smem);
     const int grid = max(1, min((rows + 16 * TL - 1) / (16 * TL), sm_count() * max(1, bps)));
     rows_mma<M><<<grid, warps * 32, smem, st>>>(words, scales, x, dtype, out, rows, nw, n, ppb,
                                                 factor);
@@ -1224,8 +1219,7 @@ int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, i
     const size_t smem = tc_smem(M, warps);
     static size_t allowed = 48 * 1024;
     allow_smem(rows_tc<M>, smem, allowed);
-    int bps = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, rows_tc<M>, warps * 32, smem);
+    const int bps = occupancy(rows_tc<M>, warps * 32, smem);
     const int rt = 16 * tc_tl(M);
     const int grid = max(1, min((rows + rt - 1) / rt, sm_count() * max(1, bps)));
     return launch(rows_tc<M>, grid, warps * 32, smem, st, pdl, words, scales, qx.q, qx.gs, qx.gb,
@@ -1243,9 +1237,7 @@ template <int M>
 int cols_occupancy(int per) {
     const size_t smem = cols_smem(M, per);
     allow_smem(cols_kernel<M>, smem, cols_allowed<M>);
-    int occ = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, cols_kernel<M>, COLS_WARPS * 32, smem);
-    return occ;
+    return occupancy(cols_kernel<M>, COLS_WARPS * 32, smem);
 }
 
 // the splits' partial sums part [splits][count] -> out, in split order (none: the
@@ -1390,6 +1382,21 @@ int tq_gemv_cols_occupancy(int M, int per) {
     switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
 #undef TQ_M
     return -1;
+}
+
+// the cols kernel at M as compiled and as allowed now: out = registers a thread, threads a
+// block at most, static and allowed dynamic shared memory, local memory a thread (bytes)
+int tq_gemv_cols_attrs(int M, int* out) {
+    cudaFuncAttributes a{};
+    cudaError_t e = cudaErrorInvalidValue;
+#define TQ_M(X) case X: e = cudaFuncGetAttributes(&a, cols_kernel<X>); break;
+    switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
+#undef TQ_M
+    if (e != cudaSuccess) return (int)(cudaGetLastError(), e);
+    const int v[5] = {a.numRegs, a.maxThreadsPerBlock, (int)a.sharedSizeBytes,
+                      a.maxDynamicSharedSizeBytes, (int)a.localSizeBytes};
+    for (int i = 0; i < 5; ++i) out[i] = v[i];
+    return 0;
 }
 
 }  // extern "C"
