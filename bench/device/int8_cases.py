@@ -58,6 +58,17 @@ def main() -> None:
             bad += 1
             smem = lib.tq_gemv_cols_smem(M, per) if per else None
             print("FAIL", what, "smem", smem, msg, "attrs", cols_attrs(lib, M), flush=True)
+            if smem:  # the raise asked again, then the case again
+                rc = lib.tq_gemv_cols_raise(M, smem)
+                try:
+                    tc.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
+                              torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
+                              axis=axis, out_features=n_out, in_features=n_in, cfg=cfg)
+                    again = "ok"
+                except RuntimeError as e:
+                    again = str(e)
+                print("  raise again", rc, "attrs", cols_attrs(lib, M), "case again:", again,
+                      flush=True)
     print(f"{len(cases) - bad} of {len(cases)} cases match the reference", flush=True)
 
 

@@ -65,7 +65,8 @@ def _load(k: int, L: int, code: str) -> ctypes.CDLL:
         "tq_gemv_mma_smem": (Z, [I] * 3),
         "tq_gemv_cols_smem": (Z, [I] * 2),
         "tq_gemv_cols_occupancy": (I, [I, I]),
-        "tq_gemv_cols_attrs": (I, [I, P])}
+        "tq_gemv_cols_attrs": (I, [I, P]),
+        "tq_gemv_cols_raise": (I, [I, Z])}
     for name, (res, args) in sig.items():
         f = getattr(dll, name)
         f.restype, f.argtypes = res, args

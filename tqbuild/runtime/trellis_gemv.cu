@@ -1384,6 +1384,14 @@ int tq_gemv_cols_occupancy(int M, int per) {
     return -1;
 }
 
+// raise_smem on the cols kernel at M (its cudaError)
+int tq_gemv_cols_raise(int M, size_t smem) {
+#define TQ_M(X) case X: return (int)raise_smem(cols_kernel<X>, smem);
+    switch (M) { TQ_M(1) TQ_M(2) TQ_M(3) TQ_M(4) TQ_M(5) TQ_M(6) TQ_M(7) TQ_M(8) }
+#undef TQ_M
+    return -1;
+}
+
 // the cols kernel at M as compiled and as allowed now: out = registers a thread, threads a
 // block at most, static and allowed dynamic shared memory, local memory a thread (bytes)
 int tq_gemv_cols_attrs(int M, int* out) {
