@@ -430,3 +430,25 @@ def test_cols_per_defaults_to_one_block_an_sm_as_measured(monkeypatch):
     assert per(14336, 4096, 1, Lib()) == 224
     assert per(14336, 4096, 1, Lib(), {"splits": 7}) == 2048  # ⌈14336 / 224⌉ · 32
     assert per(14336, 4096, 1, Lib(), {"per": 96}) == 96
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_cols_raises_shared_memory_in_every_library():
+    """Two (k, L, code) libraries each launch the cols kernel at M = 1 past 48 KB of shared
+    memory (a split of 4096 inputs): each raises its own kernel's limit (session 22's
+    process-wide `cols_allowed<M>` let the first library's raise stop the second's)."""
+    rng = np.random.default_rng(5)
+    code, L, T, rows, cols = "mul1", 12, 256, 4096, 256
+    for k in (2, 3):
+        lib = trellis_cuda.library(k, L, code)
+        assert lib.tq_gemv_cols_smem(1, rows) > 48 * 1024
+        words, scales = random_packed(rng, code, k, L, T, rows, cols)
+        x = torch.from_numpy(rng.standard_normal((1, rows)).astype(np.float32))
+        want = act_int8.matvec_reference(x.numpy(), words, scales, code=code, k=k, T=T, L=L,
+                                         axis=0)
+        y = trellis_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
+                                torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
+                                axis=0, out_features=cols, in_features=rows,
+                                cfg={"per": rows})
+        err = np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max()
+        assert err < 1e-5, (k, err)

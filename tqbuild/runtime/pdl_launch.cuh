@@ -40,20 +40,12 @@ static int launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cuda
 // succeeds reports it: the setup calls below read their own, so a refused raise or query
 // fails only itself (the launch that needed it fails on its own), never a later launch.
 
-// allow `kernel` `smem` bytes of dynamic shared memory (beyond 48 KB: an opt-in). The
-// kernel's attributes are read first: that loads it where modules load lazily (an H100
-// refused first raises of not-yet-launched kernels, then took the same raise), and a
-// kernel already allowed that much is left as it is
+// allow `kernel` `smem` bytes of dynamic shared memory (beyond 48 KB: an opt-in)
 template <typename K>
 static cudaError_t raise_smem(K kernel, size_t smem) {
-    cudaFuncAttributes a{};
-    cudaError_t e = cudaFuncGetAttributes(&a, kernel);
-    if (e == cudaSuccess && (size_t)a.maxDynamicSharedSizeBytes >= smem) return cudaSuccess;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e == cudaSuccess) break;
-        cudaGetLastError();
-    }
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) cudaGetLastError();
     return e;
 }
 

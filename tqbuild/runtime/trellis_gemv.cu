@@ -1227,16 +1227,22 @@ int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, i
 }
 
 // the dynamic shared memory cols_kernel<M> is allowed (raised as launches and the
-// occupancy query need more; one static per instance)
+// occupancy query need more). A function's static, not a variable template: nvcc's host
+// compiler gave `template <int M> size_t cols_allowed` GNU-unique binding, which the
+// dynamic linker makes one variable for every library of this source in the process, so
+// one (k, L, code) library's raise stopped another's (tests/test_kernel_symbols.py)
 template <int M>
-size_t cols_allowed = 48 * 1024;
+size_t& cols_allowed() {
+    static size_t allowed = 48 * 1024;
+    return allowed;
+}
 
 // blocks of cols_kernel<M> an SM holds at `per` rows a block; the kernel's shared
 // memory limit raised first (a kernel not allowed that much counts none)
 template <int M>
 int cols_occupancy(int per) {
     const size_t smem = cols_smem(M, per);
-    allow_smem(cols_kernel<M>, smem, cols_allowed<M>);
+    allow_smem(cols_kernel<M>, smem, cols_allowed<M>());
     return occupancy(cols_kernel<M>, COLS_WARPS * 32, smem);
 }
 
@@ -1253,7 +1259,7 @@ int launch_cols(const uint32_t* words, const void* x, int dtype, const __half* r
                 Out out, int nrows, int nw, int n_out, int ppb, int per, bool pdl,
                 float factor, cudaStream_t st) {
     const size_t smem = cols_smem(M, per);
-    allow_smem(cols_kernel<M>, smem, cols_allowed<M>);
+    allow_smem(cols_kernel<M>, smem, cols_allowed<M>());
     const int splits = (nrows + per - 1) / per;
     dim3 grid((n_out / 32 + 31) / 32, splits);
     const int rc = launch(cols_kernel<M>, grid, COLS_WARPS * 32, smem, st, TQ_PDL_IN && pdl,
