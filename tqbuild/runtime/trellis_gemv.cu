@@ -909,9 +909,13 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, co
 __host__ __device__ constexpr int vpt_for(int M) { return M == 1 ? 32 : M == 2 ? 16 : M <= 4 ? 8 : 4; }
 #ifndef TQ_COLS_WARPS
 // cols: warps a block. 16 with TQ_COLS_MINB=1 (one block an SM, its inputs quantized once
-// for 16 warps) timed faster than 8 (H100, k = 3, 4096 × 14336, µs at M = 1 / 2: 18.03 / 25.2
-// vs 18.98 / 28.7 at one block an SM; bench/results/cols_splits-cuda-s22a.json) but its
-// outputs are not yet checked against the reference on a GPU: 8 stays the default
+// for 16 warps) times faster alone (H100, k = 3, µs at M = 1 / 2, one block an SM: 4096 ×
+// 14336 17.9 / 25.2 vs 18.9 / 29.0, 5120 × 17408 24.1 / 33.9 vs 26.1 / 40.1;
+// cols_splits-cuda-s23a.json) and matches the reference (bench/results/logs/
+// int8-cases-s23c.log), but its 8B decode was never timed beside 8 warps' on one machine
+// (375.1 tokens/s on one H100 vs 382.9 for 8 warps on another). Its 512 threads at 128
+// registers fill an SM's register file, so the kernels launched early under PDL cannot
+// start beside it (a guess, not measured): 8 stays the default
 #define TQ_COLS_WARPS 8
 #endif
 constexpr int COLS_WARPS = TQ_COLS_WARPS;
