@@ -43,7 +43,8 @@ import json, sys
 for ln in sys.stdin:
     try: r = json.loads(ln)
     except ValueError: print(ln.rstrip()); continue
-    print(r['shape'][:7], 'k', r['k'], 'M', r['M'], r['flags'][:16], r['cfg'], r['per'], r['blocks'],
+    if 'seconds' not in r: print(ln.rstrip()[:200]); continue
+    print(r['shape'][:7], 'k', r['k'], 'M', r['M'], (r.get('flags') or '')[:16], r['cfg'], r['per'], r['blocks'],
           r['occupancy'], round(r['seconds'] * 1e6, 2), round(r['speedup_vs_bf16'], 3))"
 cp bench/results/cols_splits-cuda$TAG.json "$OUT/" 2>/dev/null
 echo "=== decode $SECONDS s"
