@@ -155,6 +155,32 @@ def _cuda_cases():
     return cases
 
 
+def case_data(rng, i, case):
+    """One `_cuda_cases` case's packed words, scales, x (float32, bfloat16 or float16 by
+    i) and the numpy reference's output."""
+    code, L, T, k, axis, rows, cols, M, cfg = case
+    words, scales = random_packed(rng, code, k, L, T, rows, cols)
+    x = torch.from_numpy(rng.standard_normal((M, cols if axis == 1 else rows))
+                         .astype(np.float32))
+    x = [x, x.bfloat16(), x.half()][i % 3]
+    want = act_int8.matvec_reference(x.float().numpy(), words, scales, code=code, k=k, T=T,
+                                     L=L, axis=axis)
+    return words, scales, x, want
+
+
+def cuda_matvec(xc, words, scales, case, **kw):
+    """trellis_cuda.matvec of a case on the GPU (xc: x there already)."""
+    code, L, T, k, axis, rows, cols, M, cfg = case
+    n_in, n_out = (cols, rows) if axis == 1 else (rows, cols)
+    return trellis_cuda.matvec(xc, torch.from_numpy(words.view(np.int32)).cuda(),
+                               torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
+                               axis=axis, out_features=n_out, in_features=n_in, cfg=cfg, **kw)
+
+
+def rel_err(y, want) -> float:
+    return float(np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max())
+
+
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_cuda_int8_kernels_match_the_reference():
     """Fresh random packed tensors: k = 1..4, both axes, both codes, L 12/16,
@@ -162,30 +188,21 @@ def test_cuda_int8_kernels_match_the_reference():
     bf16/fp16 outputs equal the float32 output rounded by torch."""
     rng = np.random.default_rng(11)
     trellis_cuda.prebuild(sorted({(c[3], c[1], c[0]) for c in _cuda_cases()}))
-    for i, (code, L, T, k, axis, rows, cols, M, cfg) in enumerate(_cuda_cases()):
-        words, scales = random_packed(rng, code, k, L, T, rows, cols)
-        n_in = cols if axis == 1 else rows
-        n_out = rows if axis == 1 else cols
-        x = torch.from_numpy(rng.standard_normal((M, n_in)).astype(np.float32))
-        x = [x, x.bfloat16(), x.half()][i % 3]
-        want = act_int8.matvec_reference(x.float().numpy(), words, scales, code=code, k=k, T=T,
-                                         L=L, axis=axis)
+    for i, case in enumerate(_cuda_cases()):
+        code, L, T, k, axis, rows, cols, M, cfg = case
+        words, scales, x, want = case_data(rng, i, case)
         xc = x.cuda()
-        assert trellis_cuda.available(xc, code, k, L, T, cols, n_in, axis), trellis_cuda._failed
+        assert trellis_cuda.available(xc, code, k, L, T, cols, x.shape[1], axis), \
+            trellis_cuda._failed
         try:
-            y = trellis_cuda.matvec(xc, torch.from_numpy(words.view(np.int32)).cuda(),
-                                    torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
-                                    axis=axis, out_features=n_out, in_features=n_in, cfg=cfg)
+            y = cuda_matvec(xc, words, scales, case)
         except RuntimeError as e:  # name the case (bench/device/int8_cases.py runs them all)
-            pytest.fail(f"case {i} {(code, L, T, k, axis, rows, cols, M, cfg)}: {e}")
-        err = np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max()
-        assert err < 1e-5, (code, L, T, k, axis, rows, cols, M, cfg, err)
+            pytest.fail(f"case {i} {case}: {e}")
+        err = rel_err(y, want)
+        assert err < 1e-5, (*case, err)
         # the kernel's own rounding to a 16-bit output is torch's .to() of its float32
         dt = (torch.bfloat16, torch.float16)[i % 2]
-        y16 = trellis_cuda.matvec(xc, torch.from_numpy(words.view(np.int32)).cuda(),
-                                  torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
-                                  axis=axis, out_features=n_out, in_features=n_in, cfg=cfg,
-                                  out_dtype=dt)
+        y16 = cuda_matvec(xc, words, scales, case, out_dtype=dt)
         assert y16.dtype == dt and torch.equal(y16, y.to(dt)), (code, L, T, k, axis, M, cfg)
 
 
@@ -438,17 +455,9 @@ def test_cuda_cols_raises_shared_memory_in_every_library():
     memory (a split of 4096 inputs): each raises its own kernel's limit (session 22's
     process-wide `cols_allowed<M>` let the first library's raise stop the second's)."""
     rng = np.random.default_rng(5)
-    code, L, T, rows, cols = "mul1", 12, 256, 4096, 256
     for k in (2, 3):
-        lib = trellis_cuda.library(k, L, code)
-        assert lib.tq_gemv_cols_smem(1, rows) > 48 * 1024
-        words, scales = random_packed(rng, code, k, L, T, rows, cols)
-        x = torch.from_numpy(rng.standard_normal((1, rows)).astype(np.float32))
-        want = act_int8.matvec_reference(x.numpy(), words, scales, code=code, k=k, T=T, L=L,
-                                         axis=0)
-        y = trellis_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
-                                torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
-                                axis=0, out_features=cols, in_features=rows,
-                                cfg={"per": rows})
-        err = np.abs(y.cpu().double().numpy() - want).max() / np.abs(want).max()
+        case = ("mul1", 12, 256, k, 0, 4096, 256, 1, {"per": 4096})  # 4096 inputs, fp32 x
+        assert trellis_cuda.library(k, 12, "mul1").tq_gemv_cols_smem(1, 4096) > 48 * 1024
+        words, scales, x, want = case_data(rng, 0, case)
+        err = rel_err(cuda_matvec(x.cuda(), words, scales, case), want)
         assert err < 1e-5, (k, err)
