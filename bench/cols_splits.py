@@ -1,5 +1,5 @@
 """The cols (axis 0, down_proj) kernel's split of its inputs: blocks an SM, rows a
-block, and a 16-warp build, next to bf16 cuBLAS of the same shape, on the GPU.
+block, and the 8-warp build, next to bf16 cuBLAS of the same shape, on the GPU.
 
     python bench/cols_splits.py [--ks 2,3,4] [--ms 1,2,4] [--tag=-x]
         # -> bench/results/cols_splits-cuda{tag}.json
@@ -10,9 +10,9 @@ Before session 22 the occupancy query counted no blocks for the 8B-shaped
 down_proj (the kernel was never allowed the shared memory of the whole input),
 so the split took one block an SM by accident. Each row here
 is one (shape, k, M, cfg) graph-timed over distinct weight copies (> 3× L2),
-with the blocks an SM its grid gives; also the 16-warp library
-(`-DTQ_COLS_WARPS=16 -DTQ_COLS_MINB=1`: one block of 16 warps an SM, sharing
-one quantization of the block's inputs) beside the 8-warp default.
+with the blocks an SM its grid gives; for the default library (since session 24
+one block of 16 warps an SM, sharing one quantization of the block's inputs) and
+the 8-warp one before it (`-DTQ_COLS_WARPS=8`: up to two blocks an SM).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tqbuild.runtime import trellis_cuda as tc  # noqa: E402
 # (name, out_features, in_features): down_proj of Llama-3-8B and of the 27B-like shape
 SHAPES = [("down8b 4096x14336", 4096, 14336), ("down 5120x17408", 5120, 17408)]
 CODE, L, T = "mul1", 12, 256
-WIDE = "-DTQ_COLS_WARPS=16 -DTQ_COLS_MINB=1"  # one block of 16 warps an SM
+NARROW = "-DTQ_COLS_WARPS=8"  # the 8-warp block (the default to session 23)
 
 
 def cfgs(in_f: int, out_f: int, sms: int) -> list[dict | None]:
@@ -70,7 +70,7 @@ def main() -> None:
         for k in ks:
             copies, nbytes = packed_case(None, k, in_f, out_f, l2, g)
             kw = dict(code=CODE, k=k, T=T, L=L, axis=0, out_features=out_f, in_features=in_f)
-            for flags in ["", WIDE]:
+            for flags in ["", NARROW]:
                 os.environ["TQBUILD_GEMV_FLAGS"] = flags
                 tc._libs.clear()
                 tc._cols_default.cache_clear()

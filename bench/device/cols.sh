@@ -4,9 +4,9 @@
 # the 16-warp build, beside bf16 cuBLAS), then the 8B-shaped decode (tq_sdpa, lm_head 4-bit)
 # of bf16, affine-4, Q3 and pair gate/up + mul1 down (ONLY), the last again at each of BPS
 # (blocks an SM of the cols split, where given). TAG, END_S, BPS, KS, MS, SKIP_TESTS,
-# SKIP_GEMV, SKIP_DECODE, ONLY; an exported TQBUILD_GEMV_FLAGS (e.g. the 16-warp block,
-# "-DTQ_COLS_WARPS=16 -DTQ_COLS_MINB=1") builds the tests' and the decode's libraries (the sweep
-# times both builds itself). bash bench/device/cols.sh
+# SKIP_GEMV, SKIP_DECODE, ONLY; an exported TQBUILD_GEMV_FLAGS (e.g. the 8-warp block,
+# "-DTQ_COLS_WARPS=8") builds the tests' and the decode's libraries (the sweep times both
+# builds itself). bash bench/device/cols.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--cols}
 left() { echo $(( ${END_S:-570} - SECONDS )); }

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# One device call for the 16-warp cols block (TQ_COLS_WARPS=16) against the 8-warp default:
-# every int8 reference case run to the end under each build (bench/device/int8_cases.py), the
-# int8 / PDL-chain / pair / affine CUDA tests on the default build, then the 8B-shaped decode
+# One device call for the 16-warp cols block (the default since session 24) against the 8-warp
+# one (-DTQ_COLS_WARPS=8): every int8 reference case run to the end under each build
+# (bench/device/int8_cases.py), the int8 / PDL-chain / pair / affine CUDA tests on the
+# default build, then the 8B-shaped decode
 # (tq_sdpa, lm_head 4-bit) of bf16 and pair gate/up + mul1 down under each build, one process
 # a build, the same machine; then (VIT=1, time left) mul1's L = 16 per-tensor Viterbi.
 # TAG, END_S. bash bench/device/warps16.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--w16}
-W16="-DTQ_COLS_WARPS=16 -DTQ_COLS_MINB=1"
+W8="-DTQ_COLS_WARPS=8"
 left() { echo $(( ${END_S:-570} - SECONDS )); }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
-for flags in "" "$W16"; do
+for flags in "" "$W8"; do
   echo "=== cases [$flags] $SECONDS s"
   TQBUILD_GEMV_FLAGS="$flags" timeout 150 python3 bench/device/int8_cases.py 2>&1 \
     | tee -a "$OUT/cases$TAG.log" | tail -12
@@ -20,10 +21,10 @@ echo "=== tests $SECONDS s"
 timeout 150 python3 -m pytest -q tests/test_trellis_int8.py tests/test_pdl_chain.py \
   tests/test_pair_cuda.py tests/test_affine_cuda.py -k "cuda or pdl" 2>&1 \
   | tee "$OUT/tests$TAG.log" | tail -4
-W16_OK=$(grep -c "^64 of 64" "$OUT/cases$TAG.log")
-for flags in "" "$W16"; do
-  [ -n "$flags" ] && [ "$W16_OK" != 2 ] && { echo "16 warps: cases failed, no decode"; break; }
-  name=$([ -n "$flags" ] && echo w16 || echo w8)
+BOTH_OK=$(grep -c "^64 of 64" "$OUT/cases$TAG.log")
+for flags in "" "$W8"; do
+  [ -n "$flags" ] && [ "$BOTH_OK" != 2 ] && { echo "a build failed a case: no 8-warp decode"; break; }
+  name=$([ -n "$flags" ] && echo w8 || echo w16)
   echo "=== decode $name $SECONDS s"
   TQBUILD_GEMV_FLAGS="$flags" timeout "$(( $(left) - 20 ))" python3 bench/decode_8b.py --compile \
     --no-eager --attn tq_sdpa --only bf16,p3g-fused-cu-lm4-qkv --tag="$TAG-$name" 2>&1 \

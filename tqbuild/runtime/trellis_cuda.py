@@ -176,7 +176,8 @@ COLS_BPS = 1  # blocks an SM the default cols split fills (0: as many as the ker
 # occupancy allows at that split). One block an SM of 8 warps (a split of 448 inputs for the
 # 8B down_proj) beat two (224) at M = 1 on an H100: 4096 × 14336 k = 2 / 3 / 4 18.2 / 19.0 /
 # 19.6 vs 19.0 / 19.9 / 19.8 µs, the 8B decode 380.3 vs 366.8 tokens/s; at M = 2 two blocks
-# were 0–3 % faster (bench/results/cols_splits-cuda-s22a.json, decode_8b-cuda-s22a.json)
+# were 0–3 % faster (bench/results/cols_splits-cuda-s22a.json, decode_8b-cuda-s22a.json).
+# The 16-warp block (the default since session 24) fits one an SM: bps 2 runs two waves
 
 
 def cols_split(nrows: int, n_out: int, sms: int, occupancy, fits, bps: int = 0) -> int:

@@ -43,8 +43,17 @@ constexpr int K = TQ_K;
 constexpr int L = TQ_L;
 constexpr uint32_t MASK = L >= 32 ? 0xFFFFFFFFu : ((1u << L) - 1u);
 constexpr int U = 8;  // cols: input rows per unit
-#ifndef TQ_COLS_MINB
-#define TQ_COLS_MINB 2  // cols blocks an SM must hold (caps registers at 128; 1 at 16 warps)
+#ifndef TQ_COLS_WARPS
+// cols: warps a block. 16 (one block an SM, its inputs quantized once for 16 warps) beat 8
+// (two blocks an SM at most) on one H100: the 8B decode 389.5–390.8 vs 382.7–385.1 tokens/s
+// over three processes each, bf16 158 (decode_8b-cuda-s24*.json); alone at M = 1, k = 2 / 3 /
+// 4: 4096 × 14336 17.6 / 17.9 / 18.2 vs 18.4 / 18.9 / 19.4 µs, 5120 × 17408 23.1 / 24.1 /
+// 24.3 vs 24.7 / 26.1 / 27.6 (cols_splits-cuda-s23a.json, -s24.json). All 64 int8
+// reference cases match under both (logs/int8-cases-s24.log). -DTQ_COLS_WARPS=8: the old block
+#define TQ_COLS_WARPS 16
+#endif
+#ifndef TQ_COLS_MINB  // cols blocks an SM must hold (caps registers at 128 either way)
+#define TQ_COLS_MINB (TQ_COLS_WARPS >= 16 ? 1 : 2)
 #endif
 #ifndef TQ_TC_MINB
 #define TQ_TC_MINB 2  // rows_tc blocks an SM must hold at M > 2 (2 caps registers at 128)
@@ -907,17 +916,6 @@ __device__ __forceinline__ void cols_body(const uint32_t* __restrict__ words, co
 }
 
 __host__ __device__ constexpr int vpt_for(int M) { return M == 1 ? 32 : M == 2 ? 16 : M <= 4 ? 8 : 4; }
-#ifndef TQ_COLS_WARPS
-// cols: warps a block. 16 with TQ_COLS_MINB=1 (one block an SM, its inputs quantized once
-// for 16 warps) times faster alone (H100, k = 3, µs at M = 1 / 2, one block an SM: 4096 ×
-// 14336 17.9 / 25.2 vs 18.9 / 29.0, 5120 × 17408 24.1 / 33.9 vs 26.1 / 40.1;
-// cols_splits-cuda-s23a.json) and matches the reference (bench/results/logs/
-// int8-cases-s23c.log), but its 8B decode was never timed beside 8 warps' on one machine
-// (375.1 tokens/s on one H100 vs 382.9 for 8 warps on another). Its 512 threads at 128
-// registers fill an SM's register file, so the kernels launched early under PDL cannot
-// start beside it (a guess, not measured): 8 stays the default
-#define TQ_COLS_WARPS 8
-#endif
 constexpr int COLS_WARPS = TQ_COLS_WARPS;
 
 __host__ __device__ constexpr size_t cols_smem(int M, int per) {
