@@ -184,7 +184,8 @@ def main() -> None:
                                       "cache_len": a.cache_len},
            "tokens": 64, "variants": {},
            "env": {k: os.environ[k] for k in ("TORCHINDUCTOR_ENABLE_PDL", "TQBUILD_GEMV_FLAGS",
-                                              "TQBUILD_AFFINE_FLAGS") if k in os.environ},
+                                              "TQBUILD_AFFINE_FLAGS", "TQBUILD_DECODE_ATTN")
+                   if k in os.environ},
            # the defines the decode libraries are built with (PDL follows inductor's)
            "kernel_flags": {"trellis": trellis_cuda._flags(3, 12, "mul1")[3:],
                             "affine": affine_cuda.flags()}}

@@ -1,17 +1,20 @@
 """One decoder layer's one-token attention, compiled: transformers' sdpa (under
 torch.compile it copies the cached keys and values out to every query head,
 repeat_kv) vs tq-build's tq_sdpa (runtime/gqa_attention.py: the key/value heads'
-own attention over their groups' queries), Llama-3-8B's heads (32 query / 8
-key-value, head_dim 128), a static cache of S positions all valid.
+own attention over their groups' queries) vs tq_sdpa with split-KV flash decoding
+(TQBUILD_DECODE_ATTN=1, runtime/decode_attention.py; where Triton runs: CUDA),
+Llama-3-8B's heads (32 query / 8 key-value, head_dim 128), a static cache of S
+positions, the first `--valid` of them attended (the rest a static cache's unused slots).
 
     python bench/gqa_attention.py [--lengths 128,1024,4096,16384] [--dtype float32]
-        # -> bench/results/gqa_attention-{cpu|cuda}.json
+        [--valid 1.0] [--tag=-x]  # -> bench/results/gqa_attention-{cpu|cuda}{tag}.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,7 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from hostinfo import host  # noqa: E402
 
-from tqbuild.runtime import gqa_attention  # noqa: E402
+from tqbuild.runtime import decode_attention, gqa_attention  # noqa: E402
 
 
 class Layer(nn.Module):  # what the attention functions read of a decoder attention
@@ -56,6 +59,8 @@ def main() -> None:
     ap.add_argument("--lengths", default="128,1024,4096,16384")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--valid", type=float, default=1.0)
+    ap.add_argument("--tag", default="")
     a = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dt = getattr(torch, a.dtype)
@@ -64,25 +69,32 @@ def main() -> None:
     fns = {"sdpa": lambda q, k, v, m: sdpa_attention_forward(layer, q, k, v, m, scaling=scale)[0],
            "tq_sdpa": lambda q, k, v, m: gqa_attention.attention(layer, q, k, v, m,
                                                                  scaling=scale)[0]}
+    if dev == "cuda" and decode_attention.triton is not None:
+        fns["tq_decode"] = fns["tq_sdpa"]  # traced with TQBUILD_DECODE_ATTN=1
     res = {"host": host(), "device": dev, "dtype": a.dtype,
-           "heads": "32/8, head_dim 128", "compiled": True, "rows": []}
+           "heads": "32/8, head_dim 128", "compiled": True, "valid": a.valid, "rows": []}
     g = torch.Generator(device=dev).manual_seed(0)
     for S in map(int, a.lengths.split(",")):
         q = torch.randn(1, 32, 1, 128, device=dev, dtype=dt, generator=g)
         k, v = (torch.randn(1, 8, S, 128, device=dev, dtype=dt, generator=g) for _ in range(2))
-        mask = torch.ones(1, 1, 1, S, device=dev, dtype=torch.bool)
+        mask = (torch.arange(S, device=dev) < max(1, round(a.valid * S))).view(1, 1, 1, S)
         row: dict = {"S": S, "kv_MB": 2 * k.numel() * k.element_size() / 1e6}
         outs = {}
         for name, fn in fns.items():
             torch._dynamo.reset()
+            os.environ["TQBUILD_DECODE_ATTN"] = "1" if name == "tq_decode" else "0"
             compiled = torch.compile(fn)
             outs[name] = compiled(q, k, v, mask)
             row[name + "_us"] = timed(compiled, q, k, v, mask, reps=a.reps) * 1e6
+        os.environ.pop("TQBUILD_DECODE_ATTN")
         row["max_abs_diff"] = float((outs["sdpa"] - outs["tq_sdpa"]).abs().max())
         row["speedup"] = row["sdpa_us"] / row["tq_sdpa_us"]
+        if "tq_decode" in outs:
+            row["decode_max_abs_diff"] = float((outs["sdpa"] - outs["tq_decode"]).abs().max())
+            row["decode_vs_tq_sdpa"] = row["tq_sdpa_us"] / row["tq_decode_us"]
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
-    out = HERE / "results" / f"gqa_attention-{dev}.json"
+    out = HERE / "results" / f"gqa_attention-{dev}{a.tag}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
 

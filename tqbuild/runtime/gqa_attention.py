@@ -9,7 +9,9 @@ as [B, H_kv, G, D] (head h = kv head h // G, as repeat_kv orders them), the mask
 broadcast over the G rows — no copy, a quarter of the key/value bytes read at
 G = 4. "tq_sdpa" is that for one query token and transformers' sdpa otherwise
 (prefill, softcapping, sinks, position biases, dropout); masks are sdpa's.
-The CUDA loaders switch models on "sdpa" to it; TQBUILD_GQA_ATTN=0 keeps sdpa."""
+The CUDA loaders switch models on "sdpa" to it; TQBUILD_GQA_ATTN=0 keeps sdpa.
+TQBUILD_DECODE_ATTN=1 runs the one-token case as split-KV flash decoding
+(runtime/decode_attention.py) instead of sdpa."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import os
 
 import torch
 import torch.nn.functional as F
+
+from . import decode_attention
 
 NAME = "tq_sdpa"
 _UNSUPPORTED = ("softcap", "s_aux", "position_bias", "output_attentions")
@@ -36,8 +40,12 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     mask = attention_mask
     if mask is not None and mask.shape[1] != 1:  # a mask per query head: rows as the queries
         mask = mask.reshape(mask.shape[0], kv_heads, groups, mask.shape[-1])
-    out = F.scaled_dot_product_attention(query.reshape(B, kv_heads, groups, D), key, value,
-                                         attn_mask=mask, scale=scaling)
+    q = query.reshape(B, kv_heads, groups, D)
+    if decode_attention.enabled() and decode_attention.serves(q, key, value, mask):
+        out = decode_attention.decode_attention(q, key, value, mask,
+                                                D**-0.5 if scaling is None else scaling)
+    else:
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(B, H, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
