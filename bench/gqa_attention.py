@@ -61,6 +61,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--valid", type=float, default=1.0)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--splits", default="0", help="tq_decode's splits to time (0: its plan)")
     a = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dt = getattr(torch, a.dtype)
@@ -69,8 +70,10 @@ def main() -> None:
     fns = {"sdpa": lambda q, k, v, m: sdpa_attention_forward(layer, q, k, v, m, scaling=scale)[0],
            "tq_sdpa": lambda q, k, v, m: gqa_attention.attention(layer, q, k, v, m,
                                                                  scaling=scale)[0]}
+    splits = [int(n) for n in a.splits.split(",")]
     if dev == "cuda" and decode_attention.triton is not None:
-        fns["tq_decode"] = fns["tq_sdpa"]  # traced with TQBUILD_DECODE_ATTN=1
+        for n in splits:  # traced with TQBUILD_DECODE_ATTN=1, TQBUILD_DECODE_ATTN_SPLITS=n
+            fns[f"tq_decode_s{n}"] = fns["tq_sdpa"]
     res = {"host": host(), "device": dev, "dtype": a.dtype,
            "heads": "32/8, head_dim 128", "compiled": True, "valid": a.valid, "rows": []}
     g = torch.Generator(device=dev).manual_seed(0)
@@ -82,16 +85,20 @@ def main() -> None:
         outs = {}
         for name, fn in fns.items():
             torch._dynamo.reset()
-            os.environ["TQBUILD_DECODE_ATTN"] = "1" if name == "tq_decode" else "0"
+            os.environ["TQBUILD_DECODE_ATTN"] = "1" if name.startswith("tq_decode") else "0"
+            os.environ["TQBUILD_DECODE_ATTN_SPLITS"] = name.split("_s")[-1] \
+                if name.startswith("tq_decode") else "0"
             compiled = torch.compile(fn)
             outs[name] = compiled(q, k, v, mask)
             row[name + "_us"] = timed(compiled, q, k, v, mask, reps=a.reps) * 1e6
         os.environ.pop("TQBUILD_DECODE_ATTN")
+        os.environ.pop("TQBUILD_DECODE_ATTN_SPLITS")
         row["max_abs_diff"] = float((outs["sdpa"] - outs["tq_sdpa"]).abs().max())
         row["speedup"] = row["sdpa_us"] / row["tq_sdpa_us"]
-        if "tq_decode" in outs:
-            row["decode_max_abs_diff"] = float((outs["sdpa"] - outs["tq_decode"]).abs().max())
-            row["decode_vs_tq_sdpa"] = row["tq_sdpa_us"] / row["tq_decode_us"]
+        for n in (splits if f"tq_decode_s{splits[0]}" in outs else []):
+            row[f"decode_s{n}_max_abs_diff"] = float(
+                (outs["sdpa"] - outs[f"tq_decode_s{n}"]).abs().max())
+            row[f"decode_s{n}_vs_tq_sdpa"] = row["tq_sdpa_us"] / row[f"tq_decode_s{n}_us"]
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
     out = HERE / "results" / f"gqa_attention-{dev}{a.tag}.json"

@@ -86,7 +86,37 @@ def _kernel_cases(device: str) -> None:
     k, v = (torch.randn(1, 2, 40, 16, generator=g).to(device) for _ in range(2))
     got = da.decode_attention(q, k, v, None, 0.3)
     assert (got.cpu().double() - reference(q.cpu(), k.cpu(), v.cpu(), None, 0.3)).abs().max() < 2e-5
+    _compiled_case(device)
     _tq_sdpa_case(device)
+
+
+def _compiled_case(device: str) -> None:
+    """tq_sdpa's one-token call with the kernel on, through torch.compile (one custom op)."""
+    import os
+
+    from tqbuild.runtime import gqa_attention
+
+    class Layer(torch.nn.Module):
+        num_key_value_groups = 4
+
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 8, 1, 16, generator=g).to(device)
+    k, v = (torch.randn(1, 2, 96, 16, generator=g).to(device) for _ in range(2))
+    mask = (torch.arange(96, device=device) < 50).view(1, 1, 1, 96)
+    fn = lambda: gqa_attention.attention(Layer(), q, k, v, mask, scaling=0.25)[0]  # noqa: E731
+    want = fn()
+    os.environ["TQBUILD_DECODE_ATTN"] = "1"
+    calls = []
+    attend = da.attention
+    da.attention = lambda *a, **kw: calls.append(1) or attend(*a, **kw)
+    try:
+        torch._dynamo.reset()
+        got = torch.compile(fn)()
+    finally:
+        da.attention = attend
+        os.environ.pop("TQBUILD_DECODE_ATTN")
+    assert len(calls) == 1 and got.shape == want.shape == (1, 1, 8, 16)
+    assert (got - want).abs().max().item() < 2e-5
 
 
 def _tq_sdpa_case(device: str) -> None:

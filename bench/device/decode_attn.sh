@@ -13,7 +13,7 @@ export TORCHINDUCTOR_ENABLE_PDL=1
 timeout 150 python3 -m pytest -q tests/test_decode_attention.py tests/test_gqa_attention.py 2>&1 \
   | tee "$OUT/tests$TAG.log" | tail -3
 for valid in 1.0 0.25; do
-  timeout 120 python3 bench/gqa_attention.py --dtype bfloat16 --valid $valid \
+  timeout 120 python3 bench/gqa_attention.py --dtype bfloat16 --valid $valid --splits 0,1,2,4,8 \
     --tag="$TAG-v$valid" 2>&1 | tail -4 | cut -c1-300
   cp bench/results/gqa_attention-cuda"$TAG-v$valid".json "$OUT/" 2>/dev/null
 done

@@ -144,7 +144,7 @@ if triton is not None:
             acc = acc * alpha[:, None] + _mm(p.to(vt.dtype), vt, DOT)
             m_i = m_new
         if ONE:
-            o = acc / l_i[:, None]
+            o = acc / tl.where(live, l_i, 1.0)[:, None]  # padding rows: no 0 / 0
             tl.store(out + (bh * G + rows[:, None]) * DV + dv[None, :],
                      o.to(out.dtype.element_ty), mask=live[:, None])
         else:
@@ -177,8 +177,10 @@ if triton is not None:
             acc = acc * alpha[:, None] + \
                 tl.load(po + (base + rows[:, None]) * DV + dv[None, :]) * beta[:, None]
             m_i = m_new
+        live = rows < G
         tl.store(out + (bh * G + rows[:, None]) * DV + dv[None, :],
-                 (acc / l_i[:, None]).to(out.dtype.element_ty), mask=(rows < G)[:, None])
+                 (acc / tl.where(live, l_i, 1.0)[:, None]).to(out.dtype.element_ty),
+                 mask=live[:, None])
 
 
 def _dot_mode(q: torch.Tensor) -> int:
@@ -190,7 +192,7 @@ def _dot_mode(q: torch.Tensor) -> int:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
               scale: float, splits: int = 0) -> torch.Tensor:
     """softmax(q kᵀ·scale + mask) v per (batch, kv head) -> [B, Hkv, G, Dv] in q's dtype
-    (`serves` must hold; splits 0: `plan`'s)."""
+    (`serves` must hold; splits 0: TQBUILD_DECODE_ATTN_SPLITS, else `plan`'s)."""
     B, H, G, D = q.shape
     S, DV = k.shape[2], v.shape[-1]
     q = q if q.stride(-1) == 1 else q.contiguous()
@@ -200,6 +202,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     bs = 64 if max(D, DV) <= 128 else 32
     sms = gpu_info.sm_count(q.device) if q.is_cuda else 8
     per, n = plan(S, B * H, sms, bs)
+    splits = splits or int(os.environ.get("TQBUILD_DECODE_ATTN_SPLITS", "0"))
     if splits:
         per = -(-S // (splits * bs)) * bs
         n = -(-S // per)
