@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for split-KV flash decoding in tq_sdpa (TQBUILD_DECODE_ATTN=1,
-# runtime/decode_attention.py): its CUDA tests, the compiled one-token attention alone
+# runtime/decode_attention.py): its CUDA tests and the PDL chain (the 16-warp cols block, the
+# default since session 24, under inductor's PDL), the compiled one-token attention alone
 # (bench/gqa_attention.py, bfloat16, all positions attended and a quarter of them), then the
 # 8B-shaped decode (tq_sdpa, lm_head 4-bit) of bf16 and pair gate/up + mul1 down with it off
 # and on, alternating, one process each, the same machine; then at a 4096-slot cache (DECODE
@@ -10,8 +11,8 @@ TAG=${TAG:--dattn}
 left() { echo $(( ${END_S:-570} - SECONDS )); }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
-timeout 150 python3 -m pytest -q tests/test_decode_attention.py tests/test_gqa_attention.py 2>&1 \
-  | tee "$OUT/tests$TAG.log" | tail -3
+timeout 200 python3 -m pytest -q tests/test_decode_attention.py tests/test_gqa_attention.py \
+  tests/test_pdl_chain.py 2>&1 | tee "$OUT/tests$TAG.log" | tail -3
 for valid in 1.0 0.25; do
   timeout 120 python3 bench/gqa_attention.py --dtype bfloat16 --valid $valid --splits 0,1,2,4,8 \
     --tag="$TAG-v$valid" 2>&1 | tail -4 | cut -c1-300
