@@ -172,8 +172,8 @@ def cuda_matvec(xc, words, scales, case, **kw):
     """trellis_cuda.matvec of a case on the GPU (xc: x there already)."""
     code, L, T, k, axis, rows, cols, M, cfg = case
     n_in, n_out = (cols, rows) if axis == 1 else (rows, cols)
-    return trellis_cuda.matvec(xc, torch.from_numpy(words.view(np.int32)).cuda(),
-                               torch.from_numpy(scales).cuda(), code=code, k=k, T=T, L=L,
+    return trellis_cuda.matvec(xc, torch.from_numpy(words.view(np.int32)).to(xc.device),
+                               torch.from_numpy(scales).to(xc.device), code=code, k=k, T=T, L=L,
                                axis=axis, out_features=n_out, in_features=n_in, cfg=cfg, **kw)
 
 
@@ -447,6 +447,22 @@ def test_cols_per_defaults_to_one_block_an_sm_as_measured(monkeypatch):
     assert per(14336, 4096, 1, Lib()) == 224
     assert per(14336, 4096, 1, Lib(), {"splits": 7}) == 2048  # ⌈14336 / 224⌉ · 32
     assert per(14336, 4096, 1, Lib(), {"per": 96}) == 96
+
+
+@pytest.mark.skipif(not CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_cuda_kernels_run_on_the_tensors_device():
+    """A model on the second GPU: the kernels launch there (the current device stays
+    cuda:0), its cols kernel raised past 48 KB there too (a function's attributes are per
+    device), and both GPUs give the reference's values."""
+    rng = np.random.default_rng(6)
+    cases = [("mul1", 12, 256, 3, 0, 4096, 256, 1, {"per": 4096}),  # cols, > 48 KB
+             ("mul1", 12, 256, 3, 1, 256, 4096, 2, None)]  # rows
+    for case in cases:
+        words, scales, x, want = case_data(rng, 0, case)
+        for dev in ("cuda:1", "cuda:0"):  # the second GPU first: no raise made before it
+            y = cuda_matvec(x.to(dev), words, scales, case)
+            assert y.device == torch.device(dev)
+            assert rel_err(y, want) < 1e-5, (case, dev)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")

@@ -1,5 +1,5 @@
 """Build a CUDA source into a cached shared library with nvcc, on first use; the
-stream handle its ctypes calls launch on.
+stream handle its ctypes calls launch on, and the device they run on.
 
 Never at install time: tq-build stays pure Python on CPU and Mac. The library is
 keyed by the source bytes, the flags and the GPU architecture, written to a temp
@@ -8,6 +8,7 @@ name and renamed (a concurrent build finds a whole file)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import re
@@ -68,3 +69,17 @@ def stream_of(t: torch.Tensor) -> ctypes.c_void_p:
     """torch's current CUDA stream on t's device, as a ctypes handle (launches on it are
     ordered with torch's work and captured by CUDA graphs)."""
     return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
+
+
+def on_tensor_device(fn):
+    """fn(x, ...) with x's CUDA device current. A library's runtime launches on, counts the
+    SMs of and raises kernels' shared memory on the calling thread's current device, which
+    otherwise stays torch's (cuda:0) for a tensor on another GPU."""
+
+    @functools.wraps(fn)
+    def on_device(x: torch.Tensor, *args, **kwargs):
+        with torch.cuda.device(x.device):
+            return fn(x, *args, **kwargs)
+
+    on_device.on_tensor_device = True  # type: ignore[attr-defined]
+    return on_device

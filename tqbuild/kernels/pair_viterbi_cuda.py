@@ -71,6 +71,7 @@ def _self_check(device: torch.device) -> None:
             raise RuntimeError(f"the CUDA pair Viterbi disagrees with the torch path at k={k}")
 
 
+@nvcc.on_tensor_device
 def tailbiting_steps(x: torch.Tensor, k: int) -> torch.Tensor:
     """x [B, T] float32 (CUDA, finite) -> int64 step states [B, T/2], in launches of at
     most an eighth of the device's memory of scratch."""

@@ -91,6 +91,7 @@ def scratch_budget(device: torch.device) -> int:
     return int(min(16 << 30, max(1 << 30, total // 8)))
 
 
+@nvcc.on_tensor_device
 def viterbi_tailbiting(x: torch.Tensor, table: torch.Tensor, L: int, k: int, code: str
                        ) -> torch.Tensor:
     """x [B, T] float32 (CUDA, finite) -> int64 states [B, T]: both passes and their

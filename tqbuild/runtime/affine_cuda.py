@@ -91,6 +91,7 @@ def splits_for(N: int, K: int, bits: int, sms: int) -> int:
     return max(1, min(-(-sms // tiles), chunks // WARPS))
 
 
+@nvcc.on_tensor_device
 def matmul(x2: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor,
            bits: int, group_size: int, out_features: int,
            splits: int | None = None) -> torch.Tensor | None:

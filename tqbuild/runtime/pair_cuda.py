@@ -116,6 +116,7 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     return need <= trellis_cuda.SMEM_LIMIT
 
 
+@nvcc.on_tensor_device
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int, T: int,
            L: int, axis: int, out_features: int, in_features: int,
            cfg: tuple[int, ...] | None = None,

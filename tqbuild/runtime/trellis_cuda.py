@@ -331,6 +331,7 @@ def _partials(x: torch.Tensor, rows: int, per: int, out_features: int) -> torch.
                        dtype=torch.float32)
 
 
+@nvcc.on_tensor_device
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: str, k: int,
            T: int, L: int, axis: int, out_features: int, in_features: int,
            cfg: dict | None = None, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -1142,13 +1142,28 @@ int sm_count() {
     return sms;
 }
 
-// Opt a kernel into `smem` bytes of dynamic shared memory beyond the default 48 KB;
-// `allowed` (a static per kernel at the caller) keeps it to one call per new
-// maximum, made before any CUDA-graph capture of that size (a refused raise is not
-// recorded: the next call asks again, and the launch reports the error)
+// a kernel's allowed dynamic shared memory on each device (a function's attributes are
+// per device: the calling thread's current one, which the Python side sets to the tensors')
+struct SmemLimits {
+    size_t by_device[64];
+    SmemLimits() {
+        for (size_t& a : by_device) a = 48 * 1024;
+    }
+    size_t& here() {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        return by_device[dev & 63];
+    }
+};
+
+// Opt a kernel into `smem` bytes of dynamic shared memory beyond the default 48 KB on the
+// current device; `allowed` (a static per kernel at the caller) keeps it to one call per
+// new maximum a device, made before any CUDA-graph capture of that size (a refused raise
+// is not recorded: the next call asks again, and the launch reports the error)
 template <typename F>
-void allow_smem(F kernel, size_t smem, size_t& allowed) {
-    if (smem > allowed && raise_smem(kernel, smem) == cudaSuccess) allowed = smem;
+void allow_smem(F kernel, size_t smem, SmemLimits& allowed) {
+    size_t& a = allowed.here();
+    if (smem > a && raise_smem(kernel, smem) == cudaSuccess) a = smem;
 }
 
 size_t fused_smem(int M, int n, int RB, int warps) {
@@ -1178,7 +1193,7 @@ int launch_rows_fused(const uint32_t* words, const __half* scales, const void* x
     const int sms = sm_count();
     const int nrb = (rows + rb - 1) / rb;
 #define TQ_RB(R) case R: { \
-        static size_t allowed = 48 * 1024; \
+        static SmemLimits allowed; \
         allow_smem(rows_fused<M, R>, smem, allowed); \
         int bps = blocks_per_sm; \
         if (bps <= 0) bps = occupancy(rows_fused<M, R>, warps * 32, smem); \
@@ -1200,7 +1215,7 @@ int launch_rows_mma(const uint32_t* words, const __half* scales, const void* x, 
                     Out out, int rows, int nw, int n, int ppb, int warps, float factor,
                     cudaStream_t st) {
     const size_t smem = mma_smem(M, n, warps);
-    static size_t allowed = 48 * 1024;
+    static SmemLimits allowed;
     allow_smem(rows_mma<M>, smem, allowed);
     const int bps = occupancy(rows_mma<M>, warps * 32, smem);
     const int grid = max(1, min((rows + 16 * TL - 1) / (16 * TL), sm_count() * max(1, bps)));
@@ -1219,7 +1234,7 @@ int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, i
                    int warps, float factor, cudaStream_t st) {
     const Quantized qx = quantize(x, dtype, M, n, ws, st);
     const size_t smem = tc_smem(M, warps);
-    static size_t allowed = 48 * 1024;
+    static SmemLimits allowed;
     allow_smem(rows_tc<M>, smem, allowed);
     const int bps = occupancy(rows_tc<M>, warps * 32, smem);
     const int rt = 16 * tc_tl(M);
@@ -1234,8 +1249,8 @@ int launch_rows_tc(const uint32_t* words, const __half* scales, const void* x, i
 // dynamic linker makes one variable for every library of this source in the process, so
 // one (k, L, code) library's raise stopped another's (tests/test_kernel_symbols.py)
 template <int M>
-size_t& cols_allowed() {
-    static size_t allowed = 48 * 1024;
+SmemLimits& cols_allowed() {
+    static SmemLimits allowed;
     return allowed;
 }
 
