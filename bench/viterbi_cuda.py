@@ -130,13 +130,16 @@ def correlated_h(n: int, rows: int, seed: int) -> torch.Tensor:
     return h
 
 
-def per_tensor(res: dict, quick: bool) -> None:
+def per_tensor(res: dict, quick: bool, ks: tuple[int, ...] = (2, 3, 4),
+               names: tuple[str, ...] = ()) -> None:
     from tqbuild.stages.trellis import trellis_guarded
 
     for name, out, inp, axis, ws, hs in TENSORS:
+        if names and name not in names:
+            continue
         w, h = tensor_case(out, inp, ws, hs)
         for L in LS:
-            for k in ((3,) if quick else (2, 3, 4)):
+            for k in ((3,) if quick else ks):
                 geo = ldlq_geometry(L, k, axis)
                 # untimed: the Viterbi library's build (with --skip-bare the first conversion
                 # paid it: gate-like L = 16 k = 2 timed 17.0 s, 5.2 M/s, -s23b-mul1) and
@@ -227,6 +230,8 @@ def main() -> None:
     ap.add_argument("--no-old", action="store_true", help="skip the previous paths")
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--ks", default="2,3,4", help="per-tensor bit widths k")
+    ap.add_argument("--tensors", default="", help="per-tensor cases by name (all: empty)")
     args = ap.parse_args()
     CODE = args.code
     LS = tuple(int(v) for v in args.ls.split(","))
@@ -236,6 +241,7 @@ def main() -> None:
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "flags": viterbi_cuda.flags(),
                  "streams": os.environ.get("TQBUILD_VITERBI_STREAMS", "per k"),
+                 "ldlq_row_parts": os.environ.get("TQBUILD_LDLQ_ROW_PARTS", "1"),
                  "scratch_budget_bytes": viterbi_cuda.scratch_budget(torch.device("cuda")),
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)
@@ -245,7 +251,9 @@ def main() -> None:
 
     for want, part in ((not args.skip_bare, lambda: bare(res, args.quick)),
                        (args.u_ab, lambda: u_ab(res)),
-                       (True, lambda: per_tensor(res, args.quick)),
+                       (True, lambda: per_tensor(
+                           res, args.quick, tuple(int(k) for k in args.ks.split(",")),
+                           tuple(n for n in args.tensors.split(",") if n))),
                        (args.profile, lambda: profile_down_like(
                            res, *(int(v) for v in args.profile_lk.split(","))))):
         if want:

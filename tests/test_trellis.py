@@ -331,6 +331,67 @@ def test_lazy_ldlq_codes_a_trellis_tensor_as_the_eager_order():
             assert torch.allclose(lazy.recon, eager.recon, atol=0.02 * float(w.abs().max()))
 
 
+def test_row_parts_cut_whole_sequences_and_cuda_only_by_default(monkeypatch):
+    from tqbuild.stages.trellis import row_parts
+
+    g0 = Geometry(L=12, k=2, T=64, code="1mad", axis=0, group=32)
+    g1 = Geometry(L=12, k=2, T=64, code="1mad", axis=1, group=64)
+    assert row_parts(256, g0, True, 3) == [slice(0, 64), slice(64, 128), slice(128, 256)]
+    assert row_parts(256, g1, True, 3) == [slice(0, 85), slice(85, 170), slice(170, 256)]
+    assert row_parts(64, g0, True, 4) == [slice(0, 64)]  # one sequence: one part
+    assert row_parts(100, g0, True, 2) == [slice(0, 64), slice(64, 100)]  # a short last one
+    monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", "2")
+    assert len(row_parts(256, g1, True)) == 2 and len(row_parts(256, g1, False)) == 1
+    monkeypatch.delenv("TQBUILD_LDLQ_ROW_PARTS")
+    assert len(row_parts(256, g1, True)) == 1  # the default until timed on a GPU
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_ldlq_in_row_parts_codes_as_one_pass(device):
+    """Rows share no feedback: LDLQ run as 2 or 3 row parts, a group at a time in turn
+    (each on its own stream on CUDA), gives the one pass's states and values — bit for bit
+    on CPU; on CUDA the feedback products' row counts change cuBLAS's float64 rounding."""
+    if device == "cuda" and not CUDA:
+        pytest.skip("needs CUDA")
+    torch.manual_seed(7)
+    w, h = (0.02 * torch.randn(256, 192)).to(device), _correlated_h(192, 7).to(device)
+    for axis in (0, 1):
+        g = Geometry(L=12, k=2, T=64, code="1mad", axis=axis, group=64 if axis else 32)
+        one = ldlq_core(w, h, g, 0.01, 1e9, span=g.group * 2)
+        for parts in (2, 3):
+            got = ldlq_core(w, h, g, 0.01, 1e9, span=g.group * 2, parts=parts)
+            if device == "cpu":
+                assert torch.equal(got.states, one.states) and torch.equal(got.recon, one.recon)
+            else:
+                assert (got.states == one.states).float().mean() > 0.99
+                assert torch.allclose(got.recon, one.recon, atol=0.02 * float(w.abs().max()))
+
+
+def test_diverged_target_in_row_parts_reports_the_first_group():
+    """Each part keeps its groups' peaks; the check takes the largest over the parts."""
+    import tqbuild.stages.trellis as tr
+
+    torch.manual_seed(4)
+    w, h = torch.randn(8, 16), _correlated_h(16, 4)
+    w[:, :6] *= 0.1
+    w[:4] *= 0.1  # the peaks in the last part (rows 4–7 of the parts 0–2, 2–4, 4–8)
+    g = Geometry(L=12, k=2, T=2, code="1mad", axis=0, group=1)
+
+    def rounding(W, cols, scales, geo, table):
+        val = torch.round(W[:, cols].float() * 4) / 4
+        return torch.zeros(val.shape[1], val.shape[0], dtype=torch.int64), val
+
+    orig = tr._code_columns
+    tr._code_columns = rounding
+    try:
+        one = ldlq_core(w, h, g, 0.01, 0.6)
+        parted = ldlq_core(w, h, g, 0.01, 0.6, parts=3)
+    finally:
+        tr._code_columns = orig
+    assert one["event"] == parted["event"] == "target_diverged"
+    assert parted["peak"] == one["peak"] and parted["original_peak"] == one["original_peak"]
+
+
 def test_guard_escalates_then_falls_back_to_plain():
     torch.manual_seed(2)
     w = torch.randn(16, 64)

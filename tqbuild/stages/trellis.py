@@ -21,6 +21,9 @@ tr((W−Ŵ) H (W−Ŵ)ᵀ) under the undamped H is kept.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,28 +115,27 @@ def lazy_span(group: int, cuda: bool) -> int:
     return max(1, LAZY_COLUMNS // group) * group if cuda else group
 
 
-def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
-              scale_ratio: float, span: int | None = None) -> TrellisResult | dict:
-    """One LDLQ pass; a guard event dict if it fails. `span`: columns (whole
-    groups) whose later feedback is deferred to one product (`lazy_span`)."""
-    out, cols = w.shape
-    W = w.double().clone()
-    H = h.double().to(w.device).clone()
-    mask_dead_columns(W, H)
-    U = inverse_cholesky_upper(H, damp)
-    if U is None:
-        return {"event": "cholesky_failed", "damp": damp}
-    scales = sequence_scales(w, g.axis, g.alpha)
-    table = viterbi.value_table(g.code, g.L, w.device)
-    peak = float(w.abs().max())
-    states = torch.empty((out, cols) if g.axis == 1 else (cols, out), dtype=torch.int64,
-                         device=w.device)
-    recon = torch.empty(out, cols, dtype=torch.float32, device=w.device)
-    peaks = []  # each group's target peak, checked once after the loop (no host sync
-    # per group); a diverged pass is discarded whole, as if it had stopped there
-    span = lazy_span(g.group, W.is_cuda) if span is None else span
-    if span % g.group:
-        raise ValueError(f"LDLQ span {span} is not whole groups of {g.group} columns")
+def row_parts(out: int, g: Geometry, cuda: bool, parts: int | None = None) -> list[slice]:
+    """The output rows LDLQ runs as independent passes, each on its own CUDA stream
+    (TQBUILD_LDLQ_ROW_PARTS, default 1; CUDA only): rows never share feedback, so one
+    part's Viterbi tails and backtracks can overlap another's. Cut at whole sequences
+    (axis 0: T rows; axis 1: any row)."""
+    n = parts if parts is not None else int(os.environ.get("TQBUILD_LDLQ_ROW_PARTS", "1")) \
+        if cuda else 1
+    unit = g.T if g.axis == 0 else 1
+    units = -(-out // unit)
+    n = max(1, n)  # more parts than sequences: the empty ones dropped below
+    cuts = [min(out, (units * i // n) * unit) for i in range(n + 1)]
+    return [slice(a, b) for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def _ldlq_steps(W: torch.Tensor, U: torch.Tensor, scales: torch.Tensor, table: torch.Tensor,
+                g: Geometry, span: int, states: torch.Tensor, recon: torch.Tensor,
+                peaks: list):
+    """LDLQ over the columns of W (some output rows, a view written in place), its states
+    and values into the matching views; a step (yield) a group. `peaks`: each group's
+    target peak."""
+    cols = W.shape[1]
     for s0 in range(0, cols, span):
         s1 = min(s0 + span, cols)
         errs, feeds = [], []  # the span's errors and their feeds past it
@@ -155,12 +157,66 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
                 if s1 < cols:
                     errs.append(err)
                     feeds.append(feed[:, s1 - b:])
+            yield
         if len(errs) == 1:  # a span of one group (CPU builds): as always
             W[:, s1:] -= errs[0] @ feeds[0]
         elif errs:  # past the span: every group's feedback in one product
             W[:, s1:].addmm_(torch.cat(errs, 1), torch.cat(feeds), alpha=-1)
+
+
+def _run_parts(steps: list, device: torch.device) -> None:
+    """Run the parts' step generators a group at a time in turn, each on its own CUDA
+    stream where there are several on CUDA (ordered after, and before, the current one)."""
+    side = len(steps) > 1 and device.type == "cuda"
+    main = torch.cuda.current_stream(device) if side else None
+    streams: list[torch.cuda.Stream | None] = [None] * len(steps)
+    if main is not None:
+        streams = [torch.cuda.Stream(device) for _ in steps]
+        for st in streams:
+            st.wait_stream(main)  # type: ignore[union-attr]
+    live = list(zip(streams, steps, strict=True))
+    while live:
+        for item in list(live):
+            st, gen = item
+            with torch.cuda.stream(st) if st is not None else contextlib.nullcontext():
+                if next(gen, StopIteration) is StopIteration:
+                    live.remove(item)
+    if main is not None:
+        for st in streams:
+            main.wait_stream(st)  # type: ignore[arg-type]
+
+
+def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
+              scale_ratio: float, span: int | None = None,
+              parts: int | None = None) -> TrellisResult | dict:
+    """One LDLQ pass; a guard event dict if it fails. `span`: columns (whole
+    groups) whose later feedback is deferred to one product (`lazy_span`); `parts`:
+    output-row parts run side by side (`row_parts`)."""
+    out, cols = w.shape
+    W = w.double().clone()
+    H = h.double().to(w.device).clone()
+    mask_dead_columns(W, H)
+    U = inverse_cholesky_upper(H, damp)
+    if U is None:
+        return {"event": "cholesky_failed", "damp": damp}
+    scales = sequence_scales(w, g.axis, g.alpha)
+    table = viterbi.value_table(g.code, g.L, w.device)
+    peak = float(w.abs().max())
+    states = torch.empty((out, cols) if g.axis == 1 else (cols, out), dtype=torch.int64,
+                         device=w.device)
+    recon = torch.empty(out, cols, dtype=torch.float32, device=w.device)
+    span = lazy_span(g.group, W.is_cuda) if span is None else span
+    if span % g.group:
+        raise ValueError(f"LDLQ span {span} is not whole groups of {g.group} columns")
+    # each group's target peak, checked once after the loop (no host sync per group);
+    # a diverged pass is discarded whole, as if it had stopped there
+    rows = row_parts(out, g, W.is_cuda, parts)
+    peaks: list[list] = [[] for _ in rows]
+    _run_parts([_ldlq_steps(W[r], U, scales[r] if g.axis == 1 else scales, table, g, span,
+                            states[r] if g.axis == 1 else states[:, r], recon[r], pk)
+                for r, pk in zip(rows, peaks, strict=True)], W.device)
     if peak > 0:
-        group_peaks = torch.stack(peaks)
+        group_peaks = torch.stack([torch.stack(pk) for pk in peaks]).amax(0)
         bad = ~(group_peaks <= scale_ratio * peak)  # NaN (a blown-up target) counts
         if bool(bad.any()):
             first = float(group_peaks[int(bad.nonzero()[0, 0])])
