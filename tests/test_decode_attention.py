@@ -81,6 +81,7 @@ def _kernel_cases(device: str) -> None:
     assert not da.serves(torch.zeros(1, 2, 65, 16, device=device), zk, zk, None)  # G > 64
     assert not da.serves(z, zk, zk, torch.ones(1, 3, 1, 8, dtype=torch.bool, device=device))
     assert not da.serves(z, zk, zk, torch.ones(1, 1, 1, 8, dtype=torch.long, device=device))
+    assert not da.serves(z, zk, zk, torch.ones(2, 1, 1, 8, dtype=torch.bool, device=device))
     # a non-contiguous q (a transposed view) and the custom op
     q = torch.randn(1, 4, 2, 16, generator=g).transpose(1, 2).to(device)
     k, v = (torch.randn(1, 2, 40, 16, generator=g).to(device) for _ in range(2))

@@ -62,10 +62,12 @@ def serves(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return False
     if mask is not None:
         try:
-            torch.broadcast_shapes(mask.shape, (B, H, G, k.shape[2]))
+            fits = torch.broadcast_shapes(mask.shape, (B, H, G, k.shape[2])) == (B, H, G,
+                                                                                  k.shape[2])
         except RuntimeError:
             return False
-        return mask.dim() == 4 and (mask.dtype == torch.bool or mask.dtype.is_floating_point)
+        return fits and mask.dim() == 4 and (mask.dtype == torch.bool or
+                                             mask.dtype.is_floating_point)
     return True
 
 
