@@ -46,3 +46,4 @@ def test_the_wrapper_enters_the_tensors_device(monkeypatch):
     f = nvcc.on_tensor_device(lambda x, y, *, z: (y, z))
     assert f(Tensor(), 2, z=3) == (2, 3)
     assert entered == [torch.device("cuda", 1)]
+    assert f(torch.zeros(1), 4, z=5) == (4, 5) and len(entered) == 1  # a CPU tensor: as is

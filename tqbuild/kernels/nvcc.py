@@ -78,6 +78,8 @@ def on_tensor_device(fn):
 
     @functools.wraps(fn)
     def on_device(x: torch.Tensor, *args, **kwargs):
+        if x.device.type != "cuda":  # fn's own checks (and fallbacks) meet it
+            return fn(x, *args, **kwargs)
         with torch.cuda.device(x.device):
             return fn(x, *args, **kwargs)
 
