@@ -187,6 +187,30 @@ def test_launch_sizes_are_even_within_the_budget_and_a_multiple_of_the_streams(B
     assert len(sizes) == min(B, -(-fewest // streams) * streams)  # (no launch for B = 0)
 
 
+def test_side_streams_are_each_current_streams_own(monkeypatch):
+    """LDLQ's row parts call the Viterbi on their own streams: each current stream gets its
+    own side streams (made once), so one part's launches never queue behind another's."""
+
+    class Stream:
+        made = 0
+
+        def __init__(self, device=None):
+            Stream.made += 1
+            self.stream_id = 100 + Stream.made
+
+    current = {"s": Stream()}
+    monkeypatch.setattr(viterbi_cuda, "_side", {})
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current["s"])
+    dev = torch.device("cuda", 0)
+    a = viterbi_cuda._streams(dev, 2)
+    assert a[0] is current["s"] and len(a) == 2 and viterbi_cuda._streams(dev, 2) == a
+    current["s"] = Stream()  # another part's stream
+    b = viterbi_cuda._streams(dev, 2)
+    assert b[0] is current["s"] and b[1] is not a[1]
+    assert viterbi_cuda._streams(dev, 1) == [current["s"]]
+
+
 def test_two_streams_only_where_measured_faster(monkeypatch):
     monkeypatch.delenv("TQBUILD_VITERBI_STREAMS", raising=False)
     assert [viterbi_cuda.streams(16, k) for k in (1, 2, 3, 4)] == [1, 2, 1, 1]

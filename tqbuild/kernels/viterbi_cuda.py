@@ -136,13 +136,16 @@ def streams(L: int, k: int) -> int:
     return max(1, int(env)) if env else 2 if (L, k) == (16, 2) else 1
 
 
-_side: dict[int, list[torch.cuda.Stream]] = {}
+_side: dict[tuple[int, int], list[torch.cuda.Stream]] = {}
 
 
 def _streams(device: torch.device, n: int) -> list[torch.cuda.Stream]:
-    """torch's current stream on `device`, then n − 1 side streams (made once a device)."""
+    """torch's current stream on `device`, then n − 1 side streams of its own (made once a
+    device and current stream: LDLQ's row parts, each on its stream, do not queue behind
+    each other's side work; torch's stream pool bounds how many current streams there are)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
-    side = _side.setdefault(idx, [])
+    main = torch.cuda.current_stream(device)
+    side = _side.setdefault((idx, main.stream_id), [])
     while len(side) < n - 1:
         side.append(torch.cuda.Stream(device=idx))
-    return [torch.cuda.current_stream(device), *side[: n - 1]]
+    return [main, *side[: n - 1]]
