@@ -6,6 +6,9 @@ tq_sdpa with it on gives sdpa's logits. Kernel cases run in Triton's interpreter
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import pytest
 import torch
 
@@ -91,10 +94,22 @@ def _kernel_cases(device: str) -> None:
     _tq_sdpa_case(device)
 
 
+@contextlib.contextmanager
+def _kernel_on():
+    """TQBUILD_DECODE_ATTN=1 and the kernel's calls counted (a list, one entry a call)."""
+    calls: list[int] = []
+    attend = da.attention
+    os.environ["TQBUILD_DECODE_ATTN"] = "1"
+    da.attention = lambda *a, **kw: calls.append(1) or attend(*a, **kw)
+    try:
+        yield calls
+    finally:
+        da.attention = attend
+        os.environ.pop("TQBUILD_DECODE_ATTN")
+
+
 def _compiled_case(device: str) -> None:
     """tq_sdpa's one-token call with the kernel on, through torch.compile (one custom op)."""
-    import os
-
     from tqbuild.runtime import gqa_attention
 
     class Layer(torch.nn.Module):
@@ -106,23 +121,15 @@ def _compiled_case(device: str) -> None:
     mask = (torch.arange(96, device=device) < 50).view(1, 1, 1, 96)
     fn = lambda: gqa_attention.attention(Layer(), q, k, v, mask, scaling=0.25)[0]  # noqa: E731
     want = fn()
-    os.environ["TQBUILD_DECODE_ATTN"] = "1"
-    calls = []
-    attend = da.attention
-    da.attention = lambda *a, **kw: calls.append(1) or attend(*a, **kw)
-    try:
+    with _kernel_on() as calls:
         torch._dynamo.reset()
         got = torch.compile(fn)()
-    finally:
-        da.attention = attend
-        os.environ.pop("TQBUILD_DECODE_ATTN")
     assert len(calls) == 1 and got.shape == want.shape == (1, 1, 8, 16)
     assert (got - want).abs().max().item() < 2e-5
 
 
 def _tq_sdpa_case(device: str) -> None:
     """A tiny llama decoded on a static cache: tq_sdpa with the kernel on gives sdpa's logits."""
-    import os
     import sys
 
     sys.path.insert(0, os.path.dirname(__file__))
@@ -135,16 +142,9 @@ def _tq_sdpa_case(device: str) -> None:
     mask = torch.ones(2, 6, dtype=torch.long)
     mask[0, :2] = 0
     want = _decode(model, ids, mask)
-    os.environ["TQBUILD_DECODE_ATTN"] = "1"
-    calls = []
-    attend = da.attention
-    da.attention = lambda *a, **kw: calls.append(1) or attend(*a, **kw)
-    try:
+    with _kernel_on() as calls:
         assert gqa_attention.use_gqa_attention(model)
         got = _decode(model, ids, mask)
-    finally:
-        da.attention = attend
-        os.environ.pop("TQBUILD_DECODE_ATTN")
     assert len(calls) == 4 * 2, len(calls)  # 4 one-token steps × 2 layers
     err = (got - want).abs().max().item()
     assert err < 2e-5, err

@@ -236,6 +236,12 @@ def test_ldlq_beats_plain_on_the_proxy_loss(axis):
     assert res.proxy_loss < 0.8 * plain
 
 
+def _rounding(W, cols, scales, geo, table):
+    """A stand-in for `_code_columns` (axis 0): W's columns rounded to a 0.25 grid."""
+    val = torch.round(W[:, cols].float() * 4) / 4
+    return torch.zeros(val.shape[1], val.shape[0], dtype=torch.int64), val
+
+
 @pytest.mark.parametrize("span", [None, 3, 5, 16])
 def test_ldlq_feedback_with_one_column_groups_is_gptq(span):
     """With groups of one column and an elementwise quantizer, the LDLQ update
@@ -248,12 +254,8 @@ def test_ldlq_feedback_with_one_column_groups_is_gptq(span):
     w, h = torch.randn(8, 16), _correlated_h(16, 1)
     g = Geometry(L=12, k=2, T=8, code="1mad", axis=0, group=1)
 
-    def rounding(W, cols, scales, geo, table):  # quantize to a 0.25 grid
-        val = torch.round(W[:, cols].float() * 4) / 4
-        return torch.zeros(val.shape[1], val.shape[0], dtype=torch.int64), val
-
     orig = tr._code_columns
-    tr._code_columns = rounding
+    tr._code_columns = _rounding
     try:
         got = ldlq_core(w, h, g, 0.01, 1e9, span=span).recon
     finally:
@@ -283,10 +285,6 @@ def test_diverged_target_reports_the_first_group_past_the_bound(span):
     w[:, :6] *= 0.1  # the first groups stay under the bound
     g = Geometry(L=12, k=2, T=8, code="1mad", axis=0, group=1)
 
-    def rounding(W, cols, scales, geo, table):  # quantize to a 0.25 grid
-        val = torch.round(W[:, cols].float() * 4) / 4
-        return torch.zeros(val.shape[1], val.shape[0], dtype=torch.int64), val
-
     U = inverse_cholesky_upper(h, 0.01)
     W = w.double().clone()
     col_peaks = []
@@ -298,7 +296,7 @@ def test_diverged_target_reports_the_first_group_past_the_bound(span):
     first = next(j for j, p in enumerate(col_peaks) if p > ratio * peak)
     assert first > 0
     orig = tr._code_columns
-    tr._code_columns = rounding
+    tr._code_columns = _rounding
     try:
         got = ldlq_core(w, h, g, 0.01, ratio, span=span)
     finally:
@@ -377,12 +375,8 @@ def test_diverged_target_in_row_parts_reports_the_first_group():
     w[:4] *= 0.1  # the peaks in the last part (rows 4–7 of the parts 0–2, 2–4, 4–8)
     g = Geometry(L=12, k=2, T=2, code="1mad", axis=0, group=1)
 
-    def rounding(W, cols, scales, geo, table):
-        val = torch.round(W[:, cols].float() * 4) / 4
-        return torch.zeros(val.shape[1], val.shape[0], dtype=torch.int64), val
-
     orig = tr._code_columns
-    tr._code_columns = rounding
+    tr._code_columns = _rounding
     try:
         one = ldlq_core(w, h, g, 0.01, 0.6)
         parted = ldlq_core(w, h, g, 0.01, 0.6, parts=3)
