@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-LOG2E = 1.4426950408889634  # scores in base 2 (the kernel writes the literal)
+LOG2E = 1.4426950408889634  # scores in base 2
 
 
 def enabled() -> bool:
@@ -81,6 +81,7 @@ def plan(S: int, programs: int, sms: int, bs: int) -> tuple[int, int]:
 
 
 if triton is not None:
+    _LOG2E = tl.constexpr(LOG2E)  # the kernels read globals only as constexpr
 
     @triton.jit
     def _mm(a, b, DOT: tl.constexpr):
@@ -120,22 +121,21 @@ if triton is not None:
         for t in range(0, PER, BS):
             pos = start + t + tl.arange(0, BS)
             inside = pos < S
+            held = live[:, None] & inside[None, :]  # real rows, positions of the cache
+            mp = m + b * smb + h * smh + rows[:, None] * smg + pos[None, :] * sms
             if MASK == 1:  # boolean: True attends
-                mk = tl.load(m + b * smb + h * smh + rows[:, None] * smg + pos[None, :] * sms,
-                             mask=live[:, None] & inside[None, :], other=0)
-                keep = (mk != 0) & live[:, None]
-            elif MASK == 2:  # additive
-                mk = tl.load(m + b * smb + h * smh + rows[:, None] * smg + pos[None, :] * sms,
-                             mask=live[:, None] & inside[None, :], other=-1e30).to(tl.float32)
-                keep = (mk > -1e30) & live[:, None]  # transformers' dtype minimum: dropped
+                keep = (tl.load(mp, mask=held, other=0) != 0) & held
+            elif MASK == 2:  # additive; transformers' dtype minimum (≤ -1e30) drops
+                mk = tl.load(mp, mask=held, other=-1e30).to(tl.float32)
+                keep = (mk > -1e30) & held
             else:
-                keep = live[:, None] & inside[None, :]
+                keep = held
             col = (tl.max(keep.to(tl.int32), axis=0) > 0) & inside  # some row attends
             kt = tl.load(k + b * skb + h * skh + pos[None, :] * sks + dq[:, None],
                          mask=col[None, :], other=0.0)
             sc = _mm(qv, kt, DOT) * scale2
             if MASK == 2:
-                sc = sc + mk * 1.4426950408889634  # LOG2E
+                sc = sc + mk * _LOG2E
             sc = tl.where(keep & col[None, :], sc, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(sc, axis=1))
             alpha = tl.exp2(m_i - m_new)
@@ -203,11 +203,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     GP = max(16, triton.next_power_of_2(G))
     bs = 64 if max(D, DV) <= 128 else 32
     sms = gpu_info.sm_count(q.device) if q.is_cuda else 8
-    per, n = plan(S, B * H, sms, bs)
     splits = splits or int(os.environ.get("TQBUILD_DECODE_ATTN_SPLITS", "0"))
     if splits:
         per = -(-S // (splits * bs)) * bs
         n = -(-S // per)
+    else:
+        per, n = plan(S, B * H, sms, bs)
     out = torch.empty(B, H, G, DV, device=q.device, dtype=q.dtype)
     if S == 0:
         return out.zero_()
