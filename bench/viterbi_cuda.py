@@ -40,6 +40,7 @@ import torch  # noqa: E402
 from hostinfo import host  # noqa: E402
 
 from tqbuild.kernels import viterbi, viterbi_cuda  # noqa: E402
+from tqbuild.stages.trellis import cuda_row_parts  # noqa: E402
 
 OPS_PER_STATE = 4
 CODE = "mul1"
@@ -241,7 +242,7 @@ def main() -> None:
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "flags": viterbi_cuda.flags(),
                  "streams": os.environ.get("TQBUILD_VITERBI_STREAMS", "per k"),
-                 "ldlq_row_parts": os.environ.get("TQBUILD_LDLQ_ROW_PARTS", "1"),
+                 "ldlq_row_parts": cuda_row_parts(),
                  "scratch_budget_bytes": viterbi_cuda.scratch_budget(torch.device("cuda")),
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)

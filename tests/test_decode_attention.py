@@ -137,9 +137,9 @@ def _tq_sdpa_case(device: str) -> None:
 
     from tqbuild.runtime import gqa_attention
 
-    model = _model()
-    ids = torch.randint(1, 97, (2, 6), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones(2, 6, dtype=torch.long)
+    model = _model().to(device)  # on CUDA the kernel serves CUDA tensors only
+    ids = torch.randint(1, 97, (2, 6), generator=torch.Generator().manual_seed(1)).to(device)
+    mask = torch.ones(2, 6, dtype=torch.long, device=device)
     mask[0, :2] = 0
     want = _decode(model, ids, mask)
     with _kernel_on() as calls:

@@ -35,7 +35,7 @@ def _decode(model, ids: torch.Tensor, mask: torch.Tensor | None, steps: int = 4)
     cache = StaticCache(config=model.config, max_cache_len=n + steps + 1)
     out, logits = [], None
     with torch.no_grad():
-        pos = torch.arange(n)
+        pos = torch.arange(n, device=ids.device)
         am = mask
         for _ in range(steps + 1):
             logits = model(ids, attention_mask=am, past_key_values=cache, cache_position=pos,
@@ -43,7 +43,7 @@ def _decode(model, ids: torch.Tensor, mask: torch.Tensor | None, steps: int = 4)
             out.append(logits)
             ids = logits.argmax(-1, keepdim=True)
             if am is not None:
-                am = torch.cat([am, torch.ones(B, 1, dtype=am.dtype)], 1)
+                am = torch.cat([am, am.new_ones(B, 1)], 1)
             pos = pos[-1:] + 1
     return torch.stack(out)
 

@@ -341,7 +341,7 @@ def test_row_parts_cut_whole_sequences_and_cuda_only_by_default(monkeypatch):
     monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", "2")
     assert len(row_parts(256, g1, True)) == 2 and len(row_parts(256, g1, False)) == 1
     monkeypatch.delenv("TQBUILD_LDLQ_ROW_PARTS")
-    assert len(row_parts(256, g1, True)) == 1  # the default until timed on a GPU
+    assert len(row_parts(256, g1, True)) == 4 and len(row_parts(256, g1, False)) == 1
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

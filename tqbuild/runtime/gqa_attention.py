@@ -10,8 +10,8 @@ broadcast over the G rows — no copy, a quarter of the key/value bytes read at
 G = 4. "tq_sdpa" is that for one query token and transformers' sdpa otherwise
 (prefill, softcapping, sinks, position biases, dropout); masks are sdpa's.
 The CUDA loaders switch models on "sdpa" to it; TQBUILD_GQA_ATTN=0 keeps sdpa.
-TQBUILD_DECODE_ATTN=1 runs the one-token case as split-KV flash decoding
-(runtime/decode_attention.py) instead of sdpa."""
+On CUDA the one-token case runs as split-KV flash decoding
+(runtime/decode_attention.py; TQBUILD_DECODE_ATTN=0 keeps sdpa there too)."""
 
 from __future__ import annotations
 
