@@ -2,8 +2,8 @@
 # One device call checking session 25's two new defaults on one machine: split-KV flash
 # decoding on in tq_sdpa (TQBUILD_DECODE_ATTN, now default 1) and LDLQ in 4 output-row parts
 # (TQBUILD_LDLQ_ROW_PARTS, now default 4). Their CUDA tests; the 8B-shaped decode of bf16,
-# affine-4 and pair gate/up + mul1 down at a 4096-slot cache, attention kernel off then on;
-# then mul1 and pair L = 16 per tensor at the default parts. TAG, END_S.
+# affine-4 and pair gate/up + mul1 down at a 4096-slot cache, attention kernel on then off;
+# then mul1 and pair L = 16 per tensor at 4 and 1 parts. TAG, END_S, PARTS.
 # bash bench/device/defaults_s25.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--s25d}
@@ -13,7 +13,7 @@ export TORCHINDUCTOR_ENABLE_PDL=1
 timeout 150 python3 -m pytest -q tests/test_decode_attention.py tests/test_gqa_attention.py \
   "tests/test_trellis.py::test_ldlq_in_row_parts_codes_as_one_pass" 2>&1 \
   | tee "$OUT/tests$TAG.log" | tail -3
-for parts in 4 1; do
+for parts in ${PARTS:-4 1}; do
   for code in mul1 pair; do
     [ "$(left)" -lt 200 ] && break 2
     echo "=== $code parts=$parts $SECONDS s"
