@@ -12,6 +12,7 @@ import pytest
 import torch
 from cli_run import cli
 
+from tqbuild.errors import BadInput
 from tqbuild.formats import trellis as fmt
 from tqbuild.formats.dequant import dequantize_module, module_entry
 from tqbuild.kernels.trellis_codes import INST3_RMS, code_table
@@ -342,6 +343,12 @@ def test_row_parts_cut_whole_sequences_and_cuda_only_by_default(monkeypatch):
     assert len(row_parts(256, g1, True)) == 2 and len(row_parts(256, g1, False)) == 1
     monkeypatch.delenv("TQBUILD_LDLQ_ROW_PARTS")
     assert len(row_parts(256, g1, True)) == 4 and len(row_parts(256, g1, False)) == 1
+    for bad in ("two", "0", "-1"):  # the user's error, named with its fix
+        monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", bad)
+        with pytest.raises(BadInput, match="TQBUILD_LDLQ_ROW_PARTS: .* whole number >= 1"):
+            row_parts(256, g1, True)
+    monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", " ")
+    assert len(row_parts(256, g1, True)) == 4
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

@@ -9,7 +9,8 @@ user has not set it already:
   local cache; nothing is downloaded at run time.
 On request (`fast_blas_reexec`, used by `tq-build kv eval`): re-execute the
 command with Debian's OpenBLAS preloaded, since MLX's CPU build ships a
-reference BLAS (~3 GFLOP/s; OpenBLAS ~30x faster)."""
+reference BLAS (~3 GFLOP/s; OpenBLAS ~30x faster).
+`env_int` reads tq-build's whole-number settings (TQBUILD_LDLQ_ROW_PARTS, …)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,24 @@ import sys
 
 DEFAULTS = {"MKL_DYNAMIC": "FALSE", "HF_DATASETS_OFFLINE": "1"}
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+
+
+def env_int(name: str, default: int, least: int = 0) -> int:
+    """The environment variable `name` as a whole number ≥ `least` (unset or empty:
+    `default`); anything else is the user's error, named."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        from .errors import BadInput
+
+        raise BadInput(f"{raw!r} is not a whole number >= {least}", where=name,
+                       fix=f"set {name} to such a number, or unset it for {default}")
+    return value
 
 
 def apply_defaults() -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from ..environment import env_int
 from . import nvcc
 
 SOURCE = Path(__file__).with_suffix(".cu")
@@ -132,8 +133,7 @@ def streams(L: int, k: int) -> int:
     longest — and 1 elsewhere (H100, per-tensor M weights/s 1 → 2 streams: k = 2 24.3 →
     27.8 gate-like, 25.8 → 27.4 down-like; k = 3 33.8 → 33.2, 29.7 → 29.3; k = 4 31.0 →
     29.2, 27.6 → 25.9, bench/results/viterbi_cuda-cuda-s14bs*.json)."""
-    env = os.environ.get("TQBUILD_VITERBI_STREAMS")
-    return max(1, int(env)) if env else 2 if (L, k) == (16, 2) else 1
+    return env_int("TQBUILD_VITERBI_STREAMS", 2 if (L, k) == (16, 2) else 1, least=1)
 
 
 _side: dict[tuple[int, int], list[torch.cuda.Stream]] = {}

@@ -22,6 +22,7 @@ import os
 
 import torch
 
+from ..environment import env_int
 from . import gpu_info
 
 try:
@@ -203,7 +204,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     GP = max(16, triton.next_power_of_2(G))
     bs = 64 if max(D, DV) <= 128 else 32
     sms = gpu_info.sm_count(q.device) if q.is_cuda else 8
-    splits = splits or int(os.environ.get("TQBUILD_DECODE_ATTN_SPLITS", "0"))
+    splits = splits or env_int("TQBUILD_DECODE_ATTN_SPLITS", 0)
     if splits:
         per = -(-S // (splits * bs)) * bs
         n = -(-S // per)

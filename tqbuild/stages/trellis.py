@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..environment import env_int
 from ..formats import trellis as fmt
 from ..kernels import viterbi
 from ..kernels.viterbi import lookup, quantize_blocks, values
@@ -120,7 +120,7 @@ ROW_PARTS = 4  # H100, mul1 L = 16 per tensor: 1 / 2 / 3 / 4 parts → down-like
 
 
 def cuda_row_parts() -> int:
-    return int(os.environ.get("TQBUILD_LDLQ_ROW_PARTS", str(ROW_PARTS)))
+    return env_int("TQBUILD_LDLQ_ROW_PARTS", ROW_PARTS, least=1)
 
 
 def row_parts(out: int, g: Geometry, cuda: bool, parts: int | None = None) -> list[slice]:
