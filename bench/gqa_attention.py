@@ -5,6 +5,10 @@ own attention over their groups' queries) vs tq_sdpa with split-KV flash decodin
 (TQBUILD_DECODE_ATTN=1, runtime/decode_attention.py; where Triton runs: CUDA),
 Llama-3-8B's heads (32 query / 8 key-value, head_dim 128), a static cache of S
 positions, the first `--valid` of them attended (the rest a static cache's unused slots).
+On CUDA each is timed as a decode step meets it: a CUDA graph replays the compiled call
+over copies of the cache (as many layers' worth as make the keys and values ≥ 3× the L2,
+at most 32), µs per call = per layer; on CPU, the median wall time of one call. (Session
+25's figures before this, `…-s25-v*.json`, were host-bound single calls, not GPU time.)
 
     python bench/gqa_attention.py [--lengths 128,1024,4096,16384] [--dtype float32]
         [--valid 1.0] [--tag=-x]  # -> bench/results/gqa_attention-{cpu|cuda}{tag}.json
@@ -27,6 +31,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from hostinfo import host  # noqa: E402
+from trellis_matvec import copies_for, graph_time  # noqa: E402
 
 from tqbuild.runtime import decode_attention, gqa_attention  # noqa: E402
 
@@ -37,17 +42,19 @@ class Layer(nn.Module):  # what the attention functions read of a decoder attent
     training = False
 
 
-def timed(fn, *args, reps: int) -> float:
-    """Median seconds of fn(*args) over `reps` calls (after 3 warm-up calls)."""
+def timed(fn, q, caches: list, mask, reps: int) -> float:
+    """Seconds a call of fn over the caches' (k, v) pairs: on CUDA replayed from one
+    CUDA graph of one call a cache (a decode step's layers, each its own bytes); on CPU the
+    median of `reps` calls on the first (after 3 warm-up calls)."""
+    if q.is_cuda:
+        return graph_time(lambda: [fn(q, k, v, mask) for k, v in caches], reps) / len(caches)
+    k, v = caches[0]
     for _ in range(3):
-        fn(*args)
-    sync = torch.cuda.synchronize if args[0].is_cuda else (lambda: None)
+        fn(q, k, v, mask)
     times = []
     for _ in range(reps):
-        sync()
         t = time.perf_counter()
-        fn(*args)
-        sync()
+        fn(q, k, v, mask)
         times.append(time.perf_counter() - t)
     return sorted(times)[len(times) // 2]
 
@@ -81,7 +88,11 @@ def main() -> None:
         q = torch.randn(1, 32, 1, 128, device=dev, dtype=dt, generator=g)
         k, v = (torch.randn(1, 8, S, 128, device=dev, dtype=dt, generator=g) for _ in range(2))
         mask = (torch.arange(S, device=dev) < max(1, round(a.valid * S))).view(1, 1, 1, S)
-        row: dict = {"S": S, "kv_MB": 2 * k.numel() * k.element_size() / 1e6}
+        kv_bytes = 2 * k.numel() * k.element_size()
+        n = min(32, copies_for(kv_bytes, torch.cuda.get_device_properties(0).L2_cache_size)) \
+            if dev == "cuda" else 1
+        caches = [(k, v)] + [(k.clone(), v.clone()) for _ in range(n - 1)]
+        row: dict = {"S": S, "kv_MB": kv_bytes / 1e6, "copies": n}
         outs = {}
         for name, fn in fns.items():
             torch._dynamo.reset()
@@ -90,7 +101,7 @@ def main() -> None:
                 if name.startswith("tq_decode") else "0"
             compiled = torch.compile(fn)
             outs[name] = compiled(q, k, v, mask)
-            row[name + "_us"] = timed(compiled, q, k, v, mask, reps=a.reps) * 1e6
+            row[name + "_us"] = timed(compiled, q, caches, mask, reps=a.reps) * 1e6
         os.environ.pop("TQBUILD_DECODE_ATTN")
         os.environ.pop("TQBUILD_DECODE_ATTN_SPLITS")
         row["max_abs_diff"] = float((outs["sdpa"] - outs["tq_sdpa"]).abs().max())
