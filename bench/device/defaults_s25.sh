@@ -2,7 +2,7 @@
 # One device call checking session 25's two new defaults on one machine: split-KV flash
 # decoding on in tq_sdpa (TQBUILD_DECODE_ATTN, now default 1) and LDLQ in 4 output-row parts
 # (TQBUILD_LDLQ_ROW_PARTS, now default 4). Their CUDA tests; mul1 and pair L = 16 per tensor
-# at PARTS (default "4 1"); then the 8B-shaped decode of bf16, affine-4 and pair gate/up +
+# at PARTS (default "4 1"); the attention alone (graph-timed); then the 8B-shaped decode of bf16, affine-4 and pair gate/up +
 # mul1 down at a 4096-slot cache, the attention kernel on, then off. TAG, END_S, PARTS.
 # bash bench/device/defaults_s25.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
@@ -23,6 +23,9 @@ for parts in ${PARTS:-4 1}; do
     cp bench/results/viterbi_cuda-cuda"$TAG-$code-p$parts".json "$OUT/" 2>/dev/null
   done
 done
+[ "$(left)" -gt 200 ] && timeout 90 python3 bench/gqa_attention.py --dtype bfloat16 \
+  --lengths 128,4096,16384 --splits 0 --tag="$TAG" 2>&1 | cut -c1-300 \
+  && cp bench/results/gqa_attention-cuda"$TAG".json "$OUT/"
 run() {  # name, TQBUILD_DECODE_ATTN, variants
   echo "=== decode $1 $SECONDS s"
   TQBUILD_DECODE_ATTN=$2 timeout "$(( $(left) - 5 ))" python3 bench/decode_8b.py --compile \
