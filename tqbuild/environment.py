@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .errors import BadInput
+
 DEFAULTS = {"MKL_DYNAMIC": "FALSE", "HF_DATASETS_OFFLINE": "1"}
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 
@@ -32,8 +34,6 @@ def env_int(name: str, default: int, least: int = 0) -> int:
     except ValueError:
         value = least - 1
     if value < least:
-        from .errors import BadInput
-
         raise BadInput(f"{raw!r} is not a whole number >= {least}", where=name,
                        fix=f"set {name} to such a number, or unset it for {default}")
     return value
