@@ -242,7 +242,7 @@ def main() -> None:
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "flags": viterbi_cuda.flags(),
                  "streams": os.environ.get("TQBUILD_VITERBI_STREAMS", "per k"),
-                 "ldlq_row_parts": cuda_row_parts(),
+                 "ldlq_row_parts": cuda_row_parts(torch.cuda.get_device_properties(0).total_memory),
                  "scratch_budget_bytes": viterbi_cuda.scratch_budget(torch.device("cuda")),
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)

@@ -331,24 +331,27 @@ def test_lazy_ldlq_codes_a_trellis_tensor_as_the_eager_order():
 
 
 def test_row_parts_cut_whole_sequences_and_cuda_only_by_default(monkeypatch):
-    from tqbuild.stages.trellis import row_parts
+    from tqbuild.stages.trellis import ROW_PARTS_MEMORY, row_parts
 
+    big, small = ROW_PARTS_MEMORY, ROW_PARTS_MEMORY - 1  # a card's total memory
     g0 = Geometry(L=12, k=2, T=64, code="1mad", axis=0, group=32)
     g1 = Geometry(L=12, k=2, T=64, code="1mad", axis=1, group=64)
-    assert row_parts(256, g0, True, 3) == [slice(0, 64), slice(64, 128), slice(128, 256)]
-    assert row_parts(256, g1, True, 3) == [slice(0, 85), slice(85, 170), slice(170, 256)]
-    assert row_parts(64, g0, True, 4) == [slice(0, 64)]  # one sequence: one part
-    assert row_parts(100, g0, True, 2) == [slice(0, 64), slice(64, 100)]  # a short last one
+    assert row_parts(256, g0, big, 3) == [slice(0, 64), slice(64, 128), slice(128, 256)]
+    assert row_parts(256, g1, big, 3) == [slice(0, 85), slice(85, 170), slice(170, 256)]
+    assert row_parts(64, g0, big, 4) == [slice(0, 64)]  # one sequence: one part
+    assert row_parts(100, g0, big, 2) == [slice(0, 64), slice(64, 100)]  # a short last one
     monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", "2")
-    assert len(row_parts(256, g1, True)) == 2 and len(row_parts(256, g1, False)) == 1
+    assert [len(row_parts(256, g1, m)) for m in (big, small, None)] == [2, 2, 1]
     monkeypatch.delenv("TQBUILD_LDLQ_ROW_PARTS")
-    assert len(row_parts(256, g1, True)) == 4 and len(row_parts(256, g1, False)) == 1
+    # 4 parts (4 scratch budgets) by default only where measured: an 80 GB card, not 24 GB
+    assert [len(row_parts(256, g1, m)) for m in (big, 80 << 30, small, 24 << 30, None)] == \
+        [4, 4, 1, 1, 1]
     for bad in ("two", "0", "-1"):  # the user's error, named with its fix
         monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", bad)
         with pytest.raises(BadInput, match="TQBUILD_LDLQ_ROW_PARTS: .* whole number >= 1"):
-            row_parts(256, g1, True)
+            row_parts(256, g1, big)
     monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", " ")
-    assert len(row_parts(256, g1, True)) == 4
+    assert len(row_parts(256, g1, big)) == 4
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

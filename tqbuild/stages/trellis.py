@@ -117,18 +117,26 @@ def lazy_span(group: int, cuda: bool) -> int:
 
 ROW_PARTS = 4  # H100, mul1 L = 16 per tensor: 1 / 2 / 3 / 4 parts → down-like k = 2
 # 27.8 / 29.2 / 29.6 / 30.4 M weights/s (session 25)
+ROW_PARTS_MEMORY = 64 << 30  # the cards they run on by default: each part's Viterbi calls
+# hold their own scratch (viterbi_cuda.scratch_budget, an eighth of the card), so 4 parts
+# may hold half of it; measured on 80 GB, where the budget is 10.6 GB
 
 
-def cuda_row_parts() -> int:
-    return env_int("TQBUILD_LDLQ_ROW_PARTS", ROW_PARTS, least=1)
+def cuda_row_parts(total_memory: int) -> int:
+    """Row parts on a CUDA card of `total_memory` bytes: TQBUILD_LDLQ_ROW_PARTS, else
+    ROW_PARTS on cards of at least ROW_PARTS_MEMORY, else 1."""
+    return env_int("TQBUILD_LDLQ_ROW_PARTS",
+                   ROW_PARTS if total_memory >= ROW_PARTS_MEMORY else 1, least=1)
 
 
-def row_parts(out: int, g: Geometry, cuda: bool, parts: int | None = None) -> list[slice]:
+def row_parts(out: int, g: Geometry, total_memory: int | None,
+              parts: int | None = None) -> list[slice]:
     """The output rows LDLQ runs as independent passes, each on its own CUDA stream
-    (TQBUILD_LDLQ_ROW_PARTS, default ROW_PARTS; CUDA only): rows never share feedback, so
-    one part's Viterbi tails and backtracks can overlap another's. Cut at whole sequences
-    (axis 0: T rows; axis 1: any row)."""
-    n = parts if parts is not None else cuda_row_parts() if cuda else 1
+    (`cuda_row_parts` of the card's `total_memory`; None: CPU, one part): rows never share
+    feedback, so one part's Viterbi tails and backtracks can overlap another's. Cut at
+    whole sequences (axis 0: T rows; axis 1: any row)."""
+    n = parts if parts is not None else 1 if total_memory is None \
+        else cuda_row_parts(total_memory)
     unit = g.T if g.axis == 0 else 1
     units = -(-out // unit)
     n = max(1, n)  # more parts than sequences: the empty ones dropped below
@@ -217,7 +225,8 @@ def ldlq_core(w: torch.Tensor, h: torch.Tensor, g: Geometry, damp: float,
         raise ValueError(f"LDLQ span {span} is not whole groups of {g.group} columns")
     # each group's target peak, checked once after the loop (no host sync per group);
     # a diverged pass is discarded whole, as if it had stopped there
-    rows = row_parts(out, g, W.is_cuda, parts)
+    rows = row_parts(out, g, torch.cuda.get_device_properties(W.device).total_memory
+                     if W.is_cuda else None, parts)
     peaks: list[list] = [[] for _ in rows]
     _run_parts([_ldlq_steps(W[r], U, scales[r] if g.axis == 1 else scales, table, g, span,
                             states[r] if g.axis == 1 else states[:, r], recon[r], pk)
