@@ -40,7 +40,6 @@ import torch  # noqa: E402
 from hostinfo import host  # noqa: E402
 
 from tqbuild.kernels import viterbi, viterbi_cuda  # noqa: E402
-from tqbuild.stages.trellis import cuda_row_parts  # noqa: E402
 
 OPS_PER_STATE = 4
 CODE = "mul1"
@@ -133,8 +132,9 @@ def correlated_h(n: int, rows: int, seed: int) -> torch.Tensor:
 
 def per_tensor(res: dict, quick: bool, ks: tuple[int, ...] = (2, 3, 4),
                names: tuple[str, ...] = ()) -> None:
-    from tqbuild.stages.trellis import trellis_guarded
+    from tqbuild.stages.trellis import cuda_row_parts, trellis_guarded
 
+    memory = torch.cuda.get_device_properties(0).total_memory
     for name, out, inp, axis, ws, hs in TENSORS:
         if names and name not in names:
             continue
@@ -153,7 +153,7 @@ def per_tensor(res: dict, quick: bool, ks: tuple[int, ...] = (2, 3, 4),
                 torch.cuda.synchronize()
                 s = time.perf_counter() - t
                 row = {"tensor": name, "shape": [out, inp], "axis": axis, "L": L, "k": k,
-                       "code": CODE,
+                       "code": CODE, "ldlq_row_parts": cuda_row_parts(memory, CODE, L),
                        "seconds": s, "weights_per_s": w.numel() / s,
                        "proxy_loss": r.proxy_loss, "method": r.method}
                 print(json.dumps(row), flush=True)
@@ -242,7 +242,6 @@ def main() -> None:
     res: dict = {"host": host(), "device": torch.cuda.get_device_name(), "bare": [],
                  "flags": viterbi_cuda.flags(),
                  "streams": os.environ.get("TQBUILD_VITERBI_STREAMS", "per k"),
-                 "ldlq_row_parts": cuda_row_parts(torch.cuda.get_device_properties(0).total_memory),
                  "scratch_budget_bytes": viterbi_cuda.scratch_budget(torch.device("cuda")),
                  "per_tensor": [], "ops_per_state": OPS_PER_STATE}
     out = Path(args.out)

@@ -3,6 +3,7 @@ against a slow reference or the goldens."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -335,7 +336,7 @@ def test_row_parts_cut_whole_sequences_and_cuda_only_by_default(monkeypatch):
 
     big, small = ROW_PARTS_MEMORY, ROW_PARTS_MEMORY - 1  # a card's total memory
     g0 = Geometry(L=12, k=2, T=64, code="1mad", axis=0, group=32)
-    g1 = Geometry(L=12, k=2, T=64, code="1mad", axis=1, group=64)
+    g1 = Geometry(L=16, k=2, T=64, code="mul1", axis=1, group=64)
     assert row_parts(256, g0, big, 3) == [slice(0, 64), slice(64, 128), slice(128, 256)]
     assert row_parts(256, g1, big, 3) == [slice(0, 85), slice(85, 170), slice(170, 256)]
     assert row_parts(64, g0, big, 4) == [slice(0, 64)]  # one sequence: one part
@@ -343,9 +344,12 @@ def test_row_parts_cut_whole_sequences_and_cuda_only_by_default(monkeypatch):
     monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", "2")
     assert [len(row_parts(256, g1, m)) for m in (big, small, None)] == [2, 2, 1]
     monkeypatch.delenv("TQBUILD_LDLQ_ROW_PARTS")
-    # 4 parts (4 scratch budgets) by default only where measured: an 80 GB card, not 24 GB
+    # 4 parts (4 scratch budgets) by default only where measured: mul1 at L = 16 on an
+    # 80 GB card, not 24 GB
     assert [len(row_parts(256, g1, m)) for m in (big, 80 << 30, small, 24 << 30, None)] == \
         [4, 4, 1, 1, 1]
+    for other in ({"L": 12}, {"code": "pair"}, {"code": "1mad"}):  # not measured: one part
+        assert len(row_parts(256, dataclasses.replace(g1, **other), big)) == 1
     for bad in ("two", "0", "-1"):  # the user's error, named with its fix
         monkeypatch.setenv("TQBUILD_LDLQ_ROW_PARTS", bad)
         with pytest.raises(BadInput, match="TQBUILD_LDLQ_ROW_PARTS: .* whole number >= 1"):

@@ -117,16 +117,18 @@ def lazy_span(group: int, cuda: bool) -> int:
 
 ROW_PARTS = 4  # H100, mul1 L = 16 per tensor: 1 / 2 / 3 / 4 parts → down-like k = 2
 # 27.8 / 29.2 / 29.6 / 30.4 M weights/s (session 25)
+ROW_PARTS_CODES = {("mul1", 16)}  # (code, L) they were measured for; the others (L = 12's
+# short calls, the pair code's own kernel) keep one part until measured
 ROW_PARTS_MEMORY = 64 << 30  # the cards they run on by default: each part's Viterbi calls
 # hold their own scratch (viterbi_cuda.scratch_budget, an eighth of the card), so 4 parts
 # may hold half of it; measured on 80 GB, where the budget is 10.6 GB
 
 
-def cuda_row_parts(total_memory: int) -> int:
+def cuda_row_parts(total_memory: int, code: str = "mul1", L: int = 16) -> int:
     """Row parts on a CUDA card of `total_memory` bytes: TQBUILD_LDLQ_ROW_PARTS, else
-    ROW_PARTS on cards of at least ROW_PARTS_MEMORY, else 1."""
-    return env_int("TQBUILD_LDLQ_ROW_PARTS",
-                   ROW_PARTS if total_memory >= ROW_PARTS_MEMORY else 1, least=1)
+    ROW_PARTS for ROW_PARTS_CODES on cards of at least ROW_PARTS_MEMORY, else 1."""
+    measured = (code, L) in ROW_PARTS_CODES and total_memory >= ROW_PARTS_MEMORY
+    return env_int("TQBUILD_LDLQ_ROW_PARTS", ROW_PARTS if measured else 1, least=1)
 
 
 def row_parts(out: int, g: Geometry, total_memory: int | None,
@@ -136,7 +138,7 @@ def row_parts(out: int, g: Geometry, total_memory: int | None,
     feedback, so one part's Viterbi tails and backtracks can overlap another's. Cut at
     whole sequences (axis 0: T rows; axis 1: any row)."""
     n = parts if parts is not None else 1 if total_memory is None \
-        else cuda_row_parts(total_memory)
+        else cuda_row_parts(total_memory, g.code, g.L)
     unit = g.T if g.axis == 0 else 1
     units = -(-out // unit)
     n = max(1, n)  # more parts than sequences: the empty ones dropped below
