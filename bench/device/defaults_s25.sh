@@ -2,9 +2,9 @@
 # One device call checking session 25's two new defaults on one machine: split-KV flash
 # decoding on in tq_sdpa (TQBUILD_DECODE_ATTN, now default 1) and LDLQ in 4 output-row parts
 # (TQBUILD_LDLQ_ROW_PARTS, now default 4 for mul1 at L = 16). Their CUDA tests; mul1 and pair
-# L = 16 per tensor at PARTS (default "4 1"), mul1 at L = 12 likewise; the attention alone (graph-timed); then the 8B-shaped decode of
-# bf16, affine-4 and pair gate/up + mul1 down at a 4096-slot cache, the attention kernel on,
-# then off. TAG, END_S, PARTS.
+# L = 16 per tensor at PARTS (default "4 1"), mul1 at L = 12 likewise; the attention alone
+# (graph-timed); then the 8B-shaped decode of bf16, affine-4 and pair gate/up + mul1 down at
+# a 4096-slot cache, the attention kernel on, then off. TAG, END_S, PARTS.
 # bash bench/device/defaults_s25.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--s25d}
