@@ -107,3 +107,15 @@ def test_inductor_pdl_reads_torchs_config(monkeypatch):
     assert gpu_info.inductor_pdl()
     monkeypatch.setattr(config.triton, "enable_pdl", False)
     assert not gpu_info.inductor_pdl()
+
+
+def test_pdl_only_on_gpus_that_run_it(monkeypatch):
+    """As inductor: sm_90 and later, not ROCm (decode_attention's gdc_wait would not
+    compile on an sm_80)."""
+    from tqbuild.runtime import gpu_info
+    check = gpu_info.has_pdl.__wrapped__  # uncached
+    for cap, hip, want in (((9, 0), None, True), ((10, 0), None, True), ((8, 0), None, False),
+                           ((9, 4), "6.2", False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=0, c=cap: c)
+        monkeypatch.setattr(torch.version, "hip", hip)
+        assert check(0) is want, (cap, hip)

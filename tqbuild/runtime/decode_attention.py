@@ -218,7 +218,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     if mask is not None:
         mt = mask.expand(B, H, G, S)
         kind, mstr = (1 if mask.dtype == torch.bool else 2), mt.stride()
-    pdl = q.is_cuda and gpu_info.inductor_pdl()
+    pdl = q.is_cuda and gpu_info.inductor_pdl() and gpu_info.has_pdl(q.device)
     po = pm = pl = out
     if n > 1:
         po = torch.empty(B * H * n * GP * DV, device=q.device, dtype=torch.float32)

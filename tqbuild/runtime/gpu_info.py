@@ -27,6 +27,13 @@ def pdl_defines(env: str, define: str) -> list[str]:
     return extra
 
 
+@functools.cache
+def has_pdl(device: torch.device | int = 0) -> bool:
+    """Whether a CUDA device runs programmatic dependent launch (sm_90+, not ROCm) — where
+    inductor emits it too; Triton's gdc_wait does not compile for older GPUs."""
+    return not torch.version.hip and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def inductor_pdl() -> bool:
     """Whether torch.compile's kernels are launched with programmatic dependent launch."""
     try:
