@@ -65,7 +65,12 @@ sys.path.insert(0, str(HERE.parent))
 from hostinfo import host  # noqa: E402
 from trellis_decode import graph_tokens_per_s  # noqa: E402
 
-from tqbuild.runtime import affine_cuda, gqa_attention, trellis_cuda  # noqa: E402
+from tqbuild.runtime import (  # noqa: E402
+    affine_cuda,
+    decode_attention,
+    gqa_attention,
+    trellis_cuda,
+)
 from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
 from tqbuild.runtime.fused_mlp import GateUpMLP, fuse_gate_up, stack_rows  # noqa: E402
 from tqbuild.runtime.fused_qkv import PROJ, fuse_qkv  # noqa: E402
@@ -186,6 +191,7 @@ def main() -> None:
            "env": {k: os.environ[k] for k in ("TORCHINDUCTOR_ENABLE_PDL", "TQBUILD_GEMV_FLAGS",
                                               "TQBUILD_AFFINE_FLAGS", "TQBUILD_DECODE_ATTN")
                    if k in os.environ},
+           "decode_attention": decode_attention.enabled(),  # tq_sdpa's split-KV kernel
            # the defines the decode libraries are built with (PDL follows inductor's)
            "kernel_flags": {"trellis": trellis_cuda._flags(3, 12, "mul1")[3:],
                             "affine": affine_cuda.flags()}}
