@@ -124,7 +124,7 @@ ROW_PARTS_MEMORY = 64 << 30  # the cards they run on by default: each part's Vit
 # may hold half of it; measured on 80 GB, where the budget is 10.6 GB
 
 
-def cuda_row_parts(total_memory: int, code: str = "mul1", L: int = 16) -> int:
+def cuda_row_parts(total_memory: int, code: str, L: int) -> int:
     """Row parts on a CUDA card of `total_memory` bytes: TQBUILD_LDLQ_ROW_PARTS, else
     ROW_PARTS for ROW_PARTS_CODES on cards of at least ROW_PARTS_MEMORY, else 1."""
     measured = (code, L) in ROW_PARTS_CODES and total_memory >= ROW_PARTS_MEMORY
