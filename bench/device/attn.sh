@@ -6,7 +6,6 @@
 # SKIP_TESTS. bash bench/device/attn.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--attn}
-left() { echo $(( ${END_S:-560} - SECONDS )); }
 nvidia-smi --query-gpu=name --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
 [ -z "$SKIP_TESTS" ] && timeout 200 python3 -m pytest -q tests/test_gqa_attention.py 2>&1 \

@@ -8,7 +8,7 @@
 # left). TAG, END_S. bash bench/device/decode_attn.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--dattn}
-left() { echo $(( ${END_S:-570} - SECONDS )); }
+: "${END_S:=570}"  # the call's end (s), read by env.sh's left
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
 timeout 200 python3 -m pytest -q tests/test_decode_attention.py tests/test_gqa_attention.py \

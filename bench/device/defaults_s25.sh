@@ -8,7 +8,6 @@
 # bash bench/device/defaults_s25.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--s25d}
-left() { echo $(( ${END_S:-560} - SECONDS )); }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
 timeout 150 python3 -m pytest -q tests/test_decode_attention.py tests/test_gqa_attention.py \

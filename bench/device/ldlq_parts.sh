@@ -6,7 +6,7 @@
 # bash bench/device/ldlq_parts.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--parts}
-left() { echo $(( ${END_S:-570} - SECONDS )); }
+: "${END_S:=570}"  # the call's end (s), read by env.sh's left
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 timeout 120 python3 -m pytest -q tests/test_trellis.py -k "row_parts or cuda" 2>&1 \
   | tee "$OUT/tests$TAG.log" | tail -3

@@ -7,6 +7,7 @@
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 PDLF=(TQBUILD_GEMV_FLAGS=-DTQ_PDL_IN=1 TQBUILD_AFFINE_FLAGS=-DTQ_AFF_PDL=1)
 TAG=${TAG:--s16}
+: "${END_S:=570}"  # the call's end (s), read by env.sh's left
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 for step in "$@"; do
   echo "=== $step $(date +%T)"
@@ -20,7 +21,7 @@ for step in "$@"; do
               python bench/decode_8b.py --compile --no-eager --only q3-fused-cu-lm8-qkv \
               --tag="$TAG"pp 2>&1 | tail -6
             cp bench/results/decode_8b-cuda"$TAG"p*.json "$OUT/" ;;
-    gemv) timeout "$(( ${END_S:-570} - SECONDS ))" python bench/trellis_gemv.py --no-sweep --ms 1,4 \
+    gemv) timeout "$(left)" python bench/trellis_gemv.py --no-sweep --ms 1,4 \
             --shapes 8192x8192,gate,down --tag="$TAG" 2>&1 | cut -c1-250 | tail -40
           cp bench/results/trellis_gemv-cuda"$TAG"*.json "$OUT/" ;;
   esac

@@ -9,7 +9,7 @@
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--s19}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
-left() { echo $(( ${END_S:-540} - SECONDS )); }
+: "${END_S:=540}"  # the call's end (s), read by env.sh's left
 timeout 300 python3 -c "
 import time; from concurrent.futures import ThreadPoolExecutor as P
 t = time.time()

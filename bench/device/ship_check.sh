@@ -6,7 +6,6 @@
 # END_S. bash bench/device/ship_check.sh
 source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT
 TAG=${TAG:--ship}
-left() { echo $(( ${END_S:-560} - SECONDS )); }
 nvidia-smi --query-gpu=name --format=csv,noheader
 timeout 260 python3 -m pytest -q -x tests/test_pair_cuda.py tests/test_pdl_chain.py \
   tests/test_affine_cuda.py tests/test_affine_kernel.py 2>&1 | tee "$OUT/tests$TAG.log" | tail -3
