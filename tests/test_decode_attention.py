@@ -170,3 +170,11 @@ def test_serves_and_plan():
     assert da.plan(4096, 8, 132, 64) == (128, 32)  # ⌈264 / 8⌉ = 33 splits asked: 2 tiles each
     assert da.plan(4096, 512, 132, 64) == (4096, 1)  # enough programs already
     assert da.plan(1, 8, 132, 64) == (64, 1)
+    for S in (1, 63, 64, 65, 1000, 4096):  # splits asked: whole tiles, as many as fit
+        for asked in (1, 2, 3, 7, 200):
+            per = -(-S // (asked * 64)) * 64
+            assert da.plan(S, 8, 132, 64, asked) == (per, -(-S // per)), (S, asked)
+    if da.triton is not None:  # no positions: zeros, no launch (splits asked or not)
+        for asked in (0, 2):
+            got = da.attention(q, k[:, :, :0], v[:, :, :0], None, 0.3, splits=asked)
+            assert got.shape == (1, 8, 4, 128) and not got.any()

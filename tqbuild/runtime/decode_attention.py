@@ -72,11 +72,11 @@ def serves(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return True
 
 
-def plan(S: int, programs: int, sms: int, bs: int) -> tuple[int, int]:
-    """(positions a split, splits): about two programs an SM, whole tiles of bs
-    positions a split, at least one tile."""
+def plan(S: int, programs: int, sms: int, bs: int, splits: int = 0) -> tuple[int, int]:
+    """(positions a split, splits) for S ≥ 1 positions: `splits` asked, else about two
+    programs an SM; whole tiles of bs positions a split, at least one tile."""
     tiles = -(-S // bs)
-    splits = max(1, min(tiles, -(-2 * sms // max(1, programs))))
+    splits = max(1, min(tiles, splits or -(-2 * sms // max(1, programs))))
     per = -(-tiles // splits) * bs
     return per, -(-S // per)
 
@@ -204,15 +204,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     GP = max(16, triton.next_power_of_2(G))
     bs = 64 if max(D, DV) <= 128 else 32
     sms = gpu_info.sm_count(q.device) if q.is_cuda else 8
-    splits = splits or env_int("TQBUILD_DECODE_ATTN_SPLITS", 0)
-    if splits:
-        per = -(-S // (splits * bs)) * bs
-        n = -(-S // per)
-    else:
-        per, n = plan(S, B * H, sms, bs)
     out = torch.empty(B, H, G, DV, device=q.device, dtype=q.dtype)
     if S == 0:
         return out.zero_()
+    per, n = plan(S, B * H, sms, bs, splits or env_int("TQBUILD_DECODE_ATTN_SPLITS", 0))
     kind, mt = 0, q
     mstr: tuple[int, ...] = (0, 0, 0, 0)
     if mask is not None:
