@@ -245,7 +245,7 @@ def _rounding(W, cols, scales, geo, table):
 
 
 @pytest.mark.parametrize("span", [None, 3, 5, 16])
-def test_ldlq_feedback_with_one_column_groups_is_gptq(span):
+def test_ldlq_feedback_with_one_column_groups_is_gptq(span, monkeypatch):
     """With groups of one column and an elementwise quantizer, the LDLQ update
     is GPTQ's; checked against a textbook column loop — also with the feedback
     past a span of columns deferred to one product (GPTQ's lazy batch, CUDA's
@@ -256,12 +256,8 @@ def test_ldlq_feedback_with_one_column_groups_is_gptq(span):
     w, h = torch.randn(8, 16), _correlated_h(16, 1)
     g = Geometry(L=12, k=2, T=8, code="1mad", axis=0, group=1)
 
-    orig = tr._code_columns
-    tr._code_columns = _rounding
-    try:
-        got = ldlq_core(w, h, g, 0.01, 1e9, span=span).recon
-    finally:
-        tr._code_columns = orig
+    monkeypatch.setattr(tr, "_code_columns", _rounding)
+    got = ldlq_core(w, h, g, 0.01, 1e9, span=span).recon
     from tqbuild.stages.guard import inverse_cholesky_upper
 
     U = inverse_cholesky_upper(h, 0.01)
@@ -275,7 +271,7 @@ def test_ldlq_feedback_with_one_column_groups_is_gptq(span):
 
 
 @pytest.mark.parametrize("span", [None, 4])
-def test_diverged_target_reports_the_first_group_past_the_bound(span):
+def test_diverged_target_reports_the_first_group_past_the_bound(span, monkeypatch):
     """The peak check runs after the loop (no host sync per group) and reports
     what the per-group check did: the first group whose fed-back target exceeds
     scale_ratio × the original peak, with that group's peak."""
@@ -297,12 +293,8 @@ def test_diverged_target_reports_the_first_group_past_the_bound(span):
     peak, ratio = float(w.abs().max()), 0.6
     first = next(j for j, p in enumerate(col_peaks) if p > ratio * peak)
     assert first > 0
-    orig = tr._code_columns
-    tr._code_columns = _rounding
-    try:
-        got = ldlq_core(w, h, g, 0.01, ratio, span=span)
-    finally:
-        tr._code_columns = orig
+    monkeypatch.setattr(tr, "_code_columns", _rounding)
+    got = ldlq_core(w, h, g, 0.01, ratio, span=span)
     assert got["event"] == "target_diverged" and got["original_peak"] == peak
     assert got["peak"] == pytest.approx(col_peaks[first], rel=1e-6)
 
@@ -379,7 +371,7 @@ def test_ldlq_in_row_parts_codes_as_one_pass(device):
                 assert torch.allclose(got.recon, one.recon, atol=0.02 * float(w.abs().max()))
 
 
-def test_diverged_target_in_row_parts_reports_the_first_group():
+def test_diverged_target_in_row_parts_reports_the_first_group(monkeypatch):
     """Each part keeps its groups' peaks; the check takes the largest over the parts."""
     import tqbuild.stages.trellis as tr
 
@@ -389,13 +381,9 @@ def test_diverged_target_in_row_parts_reports_the_first_group():
     w[:4] *= 0.1  # the peaks in the last part (rows 4–7 of the parts 0–2, 2–4, 4–8)
     g = Geometry(L=12, k=2, T=2, code="1mad", axis=0, group=1)
 
-    orig = tr._code_columns
-    tr._code_columns = _rounding
-    try:
-        one = ldlq_core(w, h, g, 0.01, 0.6)
-        parted = ldlq_core(w, h, g, 0.01, 0.6, parts=3)
-    finally:
-        tr._code_columns = orig
+    monkeypatch.setattr(tr, "_code_columns", _rounding)
+    one = ldlq_core(w, h, g, 0.01, 0.6)
+    parted = ldlq_core(w, h, g, 0.01, 0.6, parts=3)
     assert one["event"] == parted["event"] == "target_diverged"
     assert parted["peak"] == one["peak"] and parted["original_peak"] == one["original_peak"]
 
