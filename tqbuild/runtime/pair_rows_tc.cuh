@@ -12,7 +12,7 @@
 // 34-bit window at most of two words, shifted once (its offset 8k·c depends on the lane),
 // then four windows at constant offsets. Step v's pair meets inputs 30 − 2v and 31 − 2v of
 // the period's group (pair_gemv.cu's layout), one fp16 word of x; the lane's four steps'
-// x words are 16 bytes (one LDS.128).
+// x words are 16 bytes (one LDS.128, in the order the MMAs take them).
 //
 // x is not quantized to int8 here: each token is scaled by a power of two (its max |x|
 // lands in [2^14, 2^15)) and rounded to fp16 once, in shared memory after the table
@@ -62,7 +62,8 @@ TQ_DEV __host__ constexpr int tc_token_words(int n) {
     return (n / 32) * 16 + (((n / 32) & 1) ? 0 : 16);
 }
 
-// x [M, n] into shared memory as fp16, token m times 2^(14 − E_m) (E_m: the exponent of
+// x [M, n] into shared memory as fp16 (a group's 16 words in reverse order: word 15 − i
+// holds inputs 2i, 2i + 1), token m times 2^(14 − E_m) (E_m: the exponent of
 // its max |x|; 1 where the max is 0, inf or NaN), xinv[m] = the inverse
 template <int M, int NTH>
 TQ_DEV void tc_inputs(const void* x, int dt, int n, uint32_t* xh, int ts, float* wmax,
@@ -104,20 +105,12 @@ TQ_DEV void tc_inputs(const void* x, int dt, int n, uint32_t* xh, int ts, float*
         float v[8];
         load8(x, dt, (size_t)m * n + 8 * i, v);
         uint4 h;
-        h.x = half2_bits(__fmul_rn(v[0], s), __fmul_rn(v[1], s));
-        h.y = half2_bits(__fmul_rn(v[2], s), __fmul_rn(v[3], s));
-        h.z = half2_bits(__fmul_rn(v[4], s), __fmul_rn(v[5], s));
-        h.w = half2_bits(__fmul_rn(v[6], s), __fmul_rn(v[7], s));
-        *reinterpret_cast<uint4*>(xh + m * ts + (i >> 2) * 16 + 4 * (i & 3)) = h;
+        h.w = half2_bits(__fmul_rn(v[0], s), __fmul_rn(v[1], s));
+        h.z = half2_bits(__fmul_rn(v[2], s), __fmul_rn(v[3], s));
+        h.y = half2_bits(__fmul_rn(v[4], s), __fmul_rn(v[5], s));
+        h.x = half2_bits(__fmul_rn(v[6], s), __fmul_rn(v[7], s));
+        *reinterpret_cast<uint4*>(xh + m * ts + (i >> 2) * 16 + 12 - 4 * (i & 3)) = h;
     }
-}
-
-// a lane's two words of one period of a row (bits 8k·c … of the period's k words and the
-// next period's first; the block's first at the block's end)
-TQ_DEV void tc_words(const uint32_t* row, int p, int ppb, int wi, uint32_t& lo, uint32_t& hi) {
-    const int last = (p & (ppb - 1)) == ppb - 1;
-    lo = __ldg(row + K * p + wi);
-    hi = __ldg(row + (wi + 1 < K ? K * p + wi + 1 : last ? K * (p + 1 - ppb) : K * (p + 1)));
 }
 
 // the four entries of steps 4c … 4c + 3 from a lane's two words (sh = 8k·c mod 32)
@@ -155,17 +148,35 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows_tc(const uint32_t* __restrict__ words,
     const int U = (t1 - t0) * ng;
     const int ua = (int)((int64_t)U * warp / NW), ub = (int)((int64_t)U * (warp + 1) / NW);
     const int wi = (8 * K * c) >> 5, sh = (8 * K * c) & 31;
-    // the units' words, two in flight: slot s holds rows g8 and g8 + 8 of its tile
+    // the units' words, two in flight: slot s holds rows g8 and g8 + 8 of its tile, the
+    // lane's two words of the period (bits 8k·c … of its k words and the next period's
+    // first — the block's first at the block's end: `wrap` words back)
     uint32_t la[2], ha[2], lb[2], hb[2];
+    const uint32_t wrap = wi + 1 == K ? (uint32_t)(K * ppb) : 0u;
     int lj = t0 + ua / ng, lp = ua - (lj - t0) * ng, lu = ua;  // the next unit to load
+    uint32_t loff = (uint32_t)(K * lp + wi);                    // its lo word in a row
+    const uint32_t *ra, *rb;  // its tile's rows g8 and g8 + 8 (the last row past the end)
+    auto rows_of = [&]() {
+        ra = words + (size_t)min(16 * lj + g8, rows - 1) * nw;
+        rb = words + (size_t)min(16 * lj + g8 + 8, rows - 1) * nw;
+    };
+    rows_of();
     auto load_unit = [&](int s) {
         if (lu < ub) {
-            const int ra = min(16 * lj + g8, rows - 1), rb = min(16 * lj + g8 + 8, rows - 1);
-            tc_words(words + (size_t)ra * nw, lp, ppb, wi, la[s], ha[s]);
-            tc_words(words + (size_t)rb * nw, lp, ppb, wi, lb[s], hb[s]);
+            const uint32_t hoff = loff + 1u - ((lp & (ppb - 1)) == ppb - 1 ? wrap : 0u);
+            la[s] = __ldg(ra + loff);
+            ha[s] = __ldg(ra + hoff);
+            lb[s] = __ldg(rb + loff);
+            hb[s] = __ldg(rb + hoff);
         }
         ++lu;
-        if (++lp == ng) { lp = 0; ++lj; }
+        loff += K;
+        if (++lp == ng) {
+            lp = 0;
+            loff = (uint32_t)wi;
+            ++lj;
+            if (lu < ub) rows_of();
+        }
     };
     load_unit(0);
     load_unit(1);
@@ -181,7 +192,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows_tc(const uint32_t* __restrict__ words,
         return;
     }
     const uint32_t lane4 = tb | (4u * lane);
-    const uint32_t* xg = xh + min(g8, M - 1) * ts + 12 - 4 * c;  // this lane's token's words
+    const uint32_t* xg = xh + min(g8, M - 1) * ts + 4 * c;  // this lane's token's words
     const int first = t0 + ua / ng;  // the warp's first tile
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     int j = first, p = ua - (first - t0) * ng, p_start = p;
@@ -196,8 +207,8 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows_tc(const uint32_t* __restrict__ words,
         tc_entries(lb[s], hb[s], sh, lane4, eb);
         load_unit(s);
         const uint32_t a0[4] = {ea[0], eb[0], ea[1], eb[1]}, a1[4] = {ea[2], eb[2], ea[3], eb[3]};
-        mma_f16(acc, a0, xb.w, xb.z);
-        mma_f16(acc, a1, xb.y, xb.x);
+        mma_f16(acc, a0, xb.x, xb.y);
+        mma_f16(acc, a1, xb.z, xb.w);
         if (p == ng - 1 || u == ub - 1) {  // the end of this warp's part of tile j
             if (p_start == 0 && p == ng - 1) {  // walked whole: the outputs
                 write(16 * j + g8, 2 * c, acc[0]);
