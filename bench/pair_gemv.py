@@ -76,11 +76,11 @@ def main() -> None:
                 if s:
                     res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr} T{nth}"] = {
                         "loop_instructions": s[0], "per_weight": s[0] / (rb * 64), "ops": s[1]}
-        for M, nth in pair_cuda.TC_INSTANCES:  # a trip: two units, 4 HMMA, 32 weights a lane
-            s = sass_loop(lib, f"pair_rows_tcILi{M}ELi{nth}E", 4, "HMMA")
-            if s:
-                res["sass"][f"k{k} rows_tc M{M} T{nth}"] = {
-                    "loop_instructions": s[0], "per_weight": s[0] / 32, "ops": s[1]}
+        for M, nth, tr in pair_cuda.TC_INSTANCES:  # a trip: two units, 4·TR HMMA, 32·TR
+            s = sass_loop(lib, f"pair_rows_tcILi{M}ELi{nth}ELi{tr}E", 4 * tr, "HMMA")
+            if s:  # weights a lane (the static loop holds the branched-over part flush too)
+                res["sass"][f"k{k} rows_tc M{M} T{nth} TR{tr}"] = {
+                    "loop_instructions": s[0], "per_weight": s[0] / (32 * tr), "ops": s[1]}
         d = 4  # TQ_PAIR_COLS_D: inputs a trip
         for sub in (1, 2):  # warps a walker: each decodes 32 / sub weights of d / sub inputs
             s = sass_loop(lib, f"pair_colsILi{sub}E", 32 * (d // sub) // sub, "IDP")
@@ -119,10 +119,10 @@ def main() -> None:
                     ) / len(copies)
                 best = min(tried, key=tried.get)
                 tc_tried = {}
-                for nth in [t for m, t in pair_cuda.TC_INSTANCES if m == M and axis == 1]:
+                for cfg in [(t, r) for m, t, r in pair_cuda.TC_INSTANCES if m == M and axis == 1]:
                     if lib_tc_fits(k, M, in_f):
-                        tc_tried[nth] = graph_time(lambda xm=xm, d=dims, cs=copies, t=nth: [
-                            pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=(t,), tc=True, **d)
+                        tc_tried[str(cfg)] = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg: [
+                            pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, tc=True, **d)
                             for w, sc in cs]) / len(copies)
                 tc_best = min(tc_tried, key=tc_tried.get) if tc_tried else None
                 c = {"shape": sname, "out_features": out_f, "in_features": in_f, "axis": axis,
@@ -132,7 +132,7 @@ def main() -> None:
                      "pair_speedup_vs_bf16": t_bf[M] / tried[best],
                      "pair_vs_mul1": t_mul1 / tried[best],
                      "pair_fraction_of_copy_bw": nbytes / tried[best] / bw,
-                     "tc_seconds": tc_tried.get(tc_best), "tc_threads": tc_best,
+                     "tc_seconds": tc_tried.get(tc_best), "tc_cfg": tc_best,
                      "tc_tried": tc_tried,
                      "tc_speedup_vs_bf16": t_bf[M] / tc_tried[tc_best] if tc_tried else None,
                      "tc_fraction_of_copy_bw":

@@ -101,21 +101,25 @@ def test_tc_instances_match_the_library_source():
 
     src = pair_cuda.SOURCE.read_text()
     body = src[src.index("#define TQ_PAIR_TC_INSTANCES"):].split("\n\n", 1)[0]
-    found = [tuple(int(v) for v in m) for m in re.findall(r"TQ_PAIR_TC\((\d+), (\d+)\)", body)]
+    found = [tuple(int(v) for v in m)
+             for m in re.findall(r"TQ_PAIR_TC\((\d+), (\d+), (\d+)\)", body)]
     assert found == pair_cuda.TC_INSTANCES
-    assert all((M, pair_cuda.TC_THREADS) in found for M in pair_cuda.ROWS_TC)
+    assert all((M, *pair_cuda.TC_CFG) in found for M in range(1, pair_cuda.MAX_M + 1))
 
 
 @needs_cuda
 @pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
-@pytest.mark.parametrize("M,nth", [(1, 512), (2, 512), (3, 512), (4, 512), (5, 512), (6, 512),
-                                   (7, 512), (8, 512), (2, 1024), (4, 1024)])
+@pytest.mark.parametrize("M,nth,tr", [(1, 512, 2), (2, 512, 2), (3, 512, 2), (4, 512, 2),
+                                      (5, 512, 2), (6, 512, 2), (7, 512, 2), (8, 512, 2),
+                                      (2, 512, 1), (4, 512, 1), (8, 512, 1), (2, 1024, 1),
+                                      (4, 1024, 1)])
 @pytest.mark.parametrize("rows,n", [(300, 1024), (2500, 1024), (34000, 256)])
-def test_rows_tc_kernel_equals_its_reference(k, L, M, nth, rows, n):
+def test_rows_tc_kernel_equals_its_reference(k, L, M, nth, tr, rows, n):
     """pair_rows_tc on the GPU against fp16 weights × fp16 inputs (the emulator's
     reference), bf16 inputs with tokens of unlike sizes. On ≥ 100 SMs: 300 rows (a tile
-    a block at most, its periods split between warps), 2500 (one or two tiles a block)
-    and 34000 rows of 8 periods (16–17 tiles a block: tiles walked whole by one warp)."""
+    group a block at most, its periods split between warps), 2500 (one or two tile groups
+    a block) and 34000 rows of 8 periods (8–17 groups a block: some walked whole by one
+    warp)."""
     from tqbuild.runtime import pair_cuda
 
     g = np.random.default_rng(k * 1000 + L * 10 + M + rows)
@@ -127,7 +131,7 @@ def test_rows_tc_kernel_equals_its_reference(k, L, M, nth, rows, n):
     ref = tc_reference(_w16(words, k, T, L), scales, x.float().numpy()) / 8192
     got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
                            torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=1,
-                           out_features=rows, in_features=n, cfg=(nth,), tc=True)
+                           out_features=rows, in_features=n, cfg=(nth, tr), tc=True)
     got = got.double().cpu().numpy()
     for m in range(M):
         assert np.abs(got[m] - ref[m]).max() <= 1e-5 * np.abs(ref[m]).max(), m

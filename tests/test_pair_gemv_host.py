@@ -175,33 +175,35 @@ def tc_reference(words_w16: np.ndarray, scales, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kl", CASES)
-@pytest.mark.parametrize("M,nth,rows,n,blocks", [
-    (1, 512, 37, 512, 3), (4, 512, 37, 512, 3), (8, 512, 50, 256, 2), (3, 512, 301, 1536, 2),
-    (2, 1024, 617, 512, 2), (5, 512, 617, 512, 2)])
+@pytest.mark.parametrize("M,nth,tr,rows,n,blocks", [
+    (1, 512, 2, 37, 512, 3), (4, 512, 1, 37, 512, 3), (8, 512, 2, 50, 256, 2),
+    (3, 512, 2, 301, 1536, 2), (2, 1024, 1, 617, 512, 2), (5, 512, 2, 617, 512, 1),
+    (8, 512, 1, 617, 512, 2)])
 def test_rows_tc_kernel_equals_its_reference(harnesses, tmp_path_factory, tmp_path, kl, M, nth,
-                                             rows, n, blocks):
+                                             tr, rows, n, blocks):
     """pair_rows_tc (the tensor-core rows kernel) against fp16 weights times fp16 inputs:
-    a last tile partly filled (37, 50, 301, 617 rows); tiles split between the warps of a
-    block (their parts added in shared memory), walked whole by one warp (617 rows of 16
-    periods: 20 units a warp), or both; tokens M = 1 … 8 (columns past M unwritten)."""
+    a last tile partly filled (37, 50, 301, 617 rows); tile groups (TR tiles) split between
+    the warps of a block (their parts added in shared memory), walked whole by one warp
+    (617 rows of 16 periods, TR = 1: 20 units a warp; TR = 2, one block: 20), or both;
+    tokens M = 1 … 8 (columns past M unwritten)."""
     k, L = kl
     exe = _exe(harnesses, tmp_path_factory, k, L)
     T = 256
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 31 + M + rows)
     x[0] *= 1e-3  # tokens of unlike sizes: each scaled on its own
-    got = _run_tc(exe, tmp_path, k, words, scales, x, T, nth, blocks)
+    got = _run_tc(exe, tmp_path, k, words, scales, x, T, nth, blocks, tr=tr)
     ref = tc_reference(w16, scales, x)
     for m in range(M):  # relative to each token's own outputs
         assert np.abs(got[m] - ref[m]).max() <= 2e-6 * np.abs(ref[m]).max(), m
 
 
-def _run_tc(exe, tmp, k, words, scales, x, T, nth, blocks, odt=0):
+def _run_tc(exe, tmp, k, words, scales, x, T, nth, blocks, odt=0, tr=2):
     M = x.shape[0]
     rows, nw = words.shape
     n = nw * 32 // k
     inp, out = tmp / "in.bin", tmp / "out.bin"
     with open(inp, "wb") as f:
-        np.array([1, M, rows, n, T, 0, 1, blocks, nth, 12, odt], np.int32).tofile(f)
+        np.array([1, M, rows, n, T, 0, tr, blocks, nth, 12, odt], np.int32).tofile(f)
         words.astype(np.uint32).tofile(f)
         scales.astype(np.float16).view(np.uint16).tofile(f)
         pair_cuda.half_entries().tofile(f)

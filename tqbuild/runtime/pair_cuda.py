@@ -39,12 +39,14 @@ ROWS_INSTANCES = [(1, 2, 1, 512), (1, 2, 2, 512), (1, 4, 1, 512), (1, 4, 2, 512)
 ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: (1, 1, 512),
             6: (1, 1, 512), 7: (1, 1, 512), 8: (1, 1, 512)}
 
-# pair_rows_tc's instances (M, threads a block), and the Ms whose rows launch takes it
-# where it fits (empty until timed against pair_rows on a GPU)
-TC_INSTANCES = [(1, 512), (2, 512), (3, 512), (4, 512), (5, 512), (6, 512), (7, 512), (8, 512),
-                (2, 1024), (4, 1024)]
+# pair_rows_tc's instances (M, threads a block, tiles a unit) of pair_gemv.cu's
+# TQ_PAIR_TC_INSTANCES, the (threads, tiles) a launch uses, and the Ms whose rows launch
+# takes it where it fits (empty until timed against pair_rows on a GPU)
+TC_INSTANCES = [(1, 512, 2), (2, 512, 2), (3, 512, 2), (4, 512, 2), (5, 512, 2), (6, 512, 2),
+                (7, 512, 2), (8, 512, 2), (2, 512, 1), (4, 512, 1), (8, 512, 1), (2, 1024, 1),
+                (4, 1024, 1)]
+TC_CFG = (512, 2)
 ROWS_TC: frozenset[int] = frozenset()
-TC_THREADS = 512
 
 # warps walking one cols tile's inputs together (pair_gemv.cu's pair_cols: 1 or 2)
 COLS_SUB = 1
@@ -58,7 +60,7 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
-    "tq_pair_rows_tc": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 6 + [_F, _I, _I, _P]),
+    "tq_pair_rows_tc": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 7 + [_F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
     "tq_pair_rows_tc_smem": (_Z, [_I] * 2),
     "tq_pair_cols_smem": (_Z, [_I] * 3)}
@@ -159,7 +161,8 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] of out_dtype (f32/bf16/f16,
     written by the kernels: rounded once); words in the plain stored layout (int32), scales
     fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub,) for cols; tc: rows on
-    pair_rows_tc (None: by ROWS_TC; either way only where it fits; cfg (threads,) then)."""
+    pair_rows_tc (None: by ROWS_TC; either way only where it fits; cfg (threads, tiles a
+    unit) then)."""
     lib = library(k, L)
     assert lib is not None
     x = x.contiguous()
@@ -171,10 +174,10 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     pdl = int(trellis_cuda.pdl(_index(x)))  # programmatic dependent launch where built for it
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1 and _tc(lib, M, in_features, tc):
-        nth, = cfg or (TC_THREADS,)
+        nth, tr = cfg or TC_CFG  # type: ignore[misc]
         rc = lib.tq_pair_rows_tc(words.data_ptr(), scales.data_ptr(),
                                  _half_table(x.device).data_ptr(), x.data_ptr(), dt,
-                                 out.data_ptr(), odt, M, out_features, in_features, T, nth,
+                                 out.data_ptr(), odt, M, out_features, in_features, T, nth, tr,
                                  FACTOR, blocks, pdl, stream)
     elif axis == 1:
         rb, wpr, nth = cfg or ROWS_CFG[M]  # type: ignore[misc]
