@@ -30,7 +30,7 @@
 
 namespace {
 
-constexpr int TC_RED_OFF = 0;  // the warps' partial sums: [warp][2][16 rows][8 tokens]
+constexpr int TC_RED_OFF = 0;  // the warps' partial sums: [warp][2][16·TR rows][M tokens]
 
 #ifdef __CUDACC__
 TQ_DEV void mma_f16(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -128,46 +128,55 @@ TQ_DEV void tc_entries(uint32_t lo, uint32_t hi, int sh, uint32_t lane4, uint32_
 }  // namespace
 
 // x [M, n] (dtype 0 f32, 1 bf16, 2 f16) -> out [M, rows] (· row scale · factor, in out's
-// dtype); table: the 512 entries as fp16 pairs
-template <int M, int NTH>
+// dtype); table: the 512 entries as fp16 pairs. A unit is TR tiles (16·TR rows) × a period:
+// its x fragment, counters and checks shared by TR tiles' MMAs.
+template <int M, int NTH, int TR>
 TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows_tc(const uint32_t* __restrict__ words,
                                            const uint16_t* __restrict__ scales,
                                            const uint32_t* __restrict__ table, const void* x,
                                            int dt, Out out, int rows, int n, int ppb,
                                            float factor, int nblocks) {
     TQ_DYN_SMEM;
-    constexpr int NW = NTH / 32;
+    constexpr int NW = NTH / 32, RT = 16 * TR, SLOT = RT * M;  // SLOT: floats a part
+    static_assert(NW >= M, "a warp a token's max");
+    static_assert((NW * 2 * SLOT + (M + 2) * NW) * 4 <= TAB_OFF, "the parts below the table");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, c = lane & 3;
     const int ng = n >> 5, nw = ng * K, ts = tc_token_words(n);
-    float* red = reinterpret_cast<float*>(smem + TC_RED_OFF);  // [NW][2][128]
-    float* wmax = red + NW * 256;                              // [M + 1][NW]
+    float* red = reinterpret_cast<float*>(smem + TC_RED_OFF);  // [NW][2][RT][M]
+    float* wmax = red + NW * 2 * SLOT;                         // [M + 1][NW]
     float* xinv = wmax + (M + 1) * NW;                         // [M]
     uint32_t* xh = reinterpret_cast<uint32_t*>(smem + XQ_OFF);  // [M][ts]
-    const int tiles = (rows + 15) >> 4, b = blockIdx.x;
+    const int tiles = (rows + RT - 1) / RT, b = blockIdx.x;
     const int t0 = (int)((int64_t)tiles * b / nblocks), t1 = (int)((int64_t)tiles * (b + 1) / nblocks);
     const int U = (t1 - t0) * ng;
     const int ua = (int)((int64_t)U * warp / NW), ub = (int)((int64_t)U * (warp + 1) / NW);
     const int wi = (8 * K * c) >> 5, sh = (8 * K * c) & 31;
-    // the units' words, two in flight: slot s holds rows g8 and g8 + 8 of its tile, the
-    // lane's two words of the period (bits 8k·c … of its k words and the next period's
-    // first — the block's first at the block's end: `wrap` words back)
-    uint32_t la[2], ha[2], lb[2], hb[2];
+    // the units' words, two in flight: slot s holds rows g8 and g8 + 8 of each of its TR
+    // tiles, the lane's two words of the period (bits 8k·c … of its k words and the next
+    // period's first — the block's first at the block's end: `wrap` words back)
+    uint32_t la[2][TR], ha[2][TR], lb[2][TR], hb[2][TR];
     const uint32_t wrap = wi + 1 == K ? (uint32_t)(K * ppb) : 0u;
     int lj = t0 + ua / ng, lp = ua - (lj - t0) * ng, lu = ua;  // the next unit to load
     uint32_t loff = (uint32_t)(K * lp + wi);                    // its lo word in a row
-    const uint32_t *ra, *rb;  // its tile's rows g8 and g8 + 8 (the last row past the end)
+    const uint32_t *ra[TR], *rb[TR];  // its rows (the last row for those past the end)
     auto rows_of = [&]() {
-        ra = words + (size_t)min(16 * lj + g8, rows - 1) * nw;
-        rb = words + (size_t)min(16 * lj + g8 + 8, rows - 1) * nw;
+#pragma unroll
+        for (int i = 0; i < TR; ++i) {
+            ra[i] = words + (size_t)min(RT * lj + 16 * i + g8, rows - 1) * nw;
+            rb[i] = words + (size_t)min(RT * lj + 16 * i + g8 + 8, rows - 1) * nw;
+        }
     };
     rows_of();
     auto load_unit = [&](int s) {
         if (lu < ub) {
             const uint32_t hoff = loff + 1u - ((lp & (ppb - 1)) == ppb - 1 ? wrap : 0u);
-            la[s] = __ldg(ra + loff);
-            ha[s] = __ldg(ra + hoff);
-            lb[s] = __ldg(rb + loff);
-            hb[s] = __ldg(rb + hoff);
+#pragma unroll
+            for (int i = 0; i < TR; ++i) {
+                la[s][i] = __ldg(ra[i] + loff);
+                ha[s][i] = __ldg(ra[i] + hoff);
+                lb[s][i] = __ldg(rb[i] + loff);
+                hb[s][i] = __ldg(rb[i] + hoff);
+            }
         }
         ++lu;
         loff += K;
@@ -193,36 +202,42 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows_tc(const uint32_t* __restrict__ words,
     }
     const uint32_t lane4 = tb | (4u * lane);
     const uint32_t* xg = xh + min(g8, M - 1) * ts + 4 * c;  // this lane's token's words
-    const int first = t0 + ua / ng;  // the warp's first tile
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const int first = t0 + ua / ng;  // the warp's first tile group
+    float acc[TR][4];
+#pragma unroll
+    for (int i = 0; i < TR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     int j = first, p = ua - (first - t0) * ng, p_start = p;
     auto write = [&](int row, int m, float v) {
         if (row < rows && m < M) put(out, (size_t)m * rows + row, v * xinv[m] * half_of(scales, row) * factor);
     };
     auto unit = [&](int s, int u) {
-        const int g = group_of(p, ppb);
-        const uint4 xb = lds128(xg + g * 16);
-        uint32_t ea[4], eb[4];
-        tc_entries(la[s], ha[s], sh, lane4, ea);
-        tc_entries(lb[s], hb[s], sh, lane4, eb);
+        const uint4 xb = lds128(xg + group_of(p, ppb) * 16);
+        uint32_t ea[TR][4], eb[TR][4];
+#pragma unroll
+        for (int i = 0; i < TR; ++i) {
+            tc_entries(la[s][i], ha[s][i], sh, lane4, ea[i]);
+            tc_entries(lb[s][i], hb[s][i], sh, lane4, eb[i]);
+        }
         load_unit(s);
-        const uint32_t a0[4] = {ea[0], eb[0], ea[1], eb[1]}, a1[4] = {ea[2], eb[2], ea[3], eb[3]};
-        mma_f16(acc, a0, xb.x, xb.y);
-        mma_f16(acc, a1, xb.z, xb.w);
-        if (p == ng - 1 || u == ub - 1) {  // the end of this warp's part of tile j
-            if (p_start == 0 && p == ng - 1) {  // walked whole: the outputs
-                write(16 * j + g8, 2 * c, acc[0]);
-                write(16 * j + g8, 2 * c + 1, acc[1]);
-                write(16 * j + g8 + 8, 2 * c, acc[2]);
-                write(16 * j + g8 + 8, 2 * c + 1, acc[3]);
-            } else {  // a part: slot 0 (the warp's first tile) or 1 (its last)
-                float* r = red + (warp * 2 + (j == first ? 0 : 1)) * 128;
-                r[g8 * 8 + 2 * c] = acc[0];
-                r[g8 * 8 + 2 * c + 1] = acc[1];
-                r[(g8 + 8) * 8 + 2 * c] = acc[2];
-                r[(g8 + 8) * 8 + 2 * c + 1] = acc[3];
-            }
-            acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+#pragma unroll
+        for (int i = 0; i < TR; ++i) {
+            const uint32_t a0[4] = {ea[i][0], eb[i][0], ea[i][1], eb[i][1]};
+            const uint32_t a1[4] = {ea[i][2], eb[i][2], ea[i][3], eb[i][3]};
+            mma_f16(acc[i], a0, xb.x, xb.y);
+            mma_f16(acc[i], a1, xb.z, xb.w);
+        }
+        if (p == ng - 1 || u == ub - 1) {  // the end of this warp's part of tile group j
+            const bool whole = p_start == 0 && p == ng - 1;
+            float* r = red + (warp * 2 + (j == first ? 0 : 1)) * SLOT;  // a part's slot
+#pragma unroll
+            for (int i = 0; i < TR; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = 16 * i + g8 + 8 * (e >> 1), m = 2 * c + (e & 1);
+                    if (whole) write(RT * j + row, m, acc[i][e]);  // walked whole: the outputs
+                    else if (m < M) r[row * M + m] = acc[i][e];
+                    acc[i][e] = 0.f;
+                }
             p_start = 0;
         }
         if (++p == ng) { p = 0; ++j; }
@@ -233,9 +248,9 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows_tc(const uint32_t* __restrict__ words,
         unit(1, u + 1);
     }
     __syncthreads();
-    // tiles shared by warps: their parts added in warp order
-    for (int i = threadIdx.x; i < (t1 - t0) * 16 * M; i += NTH) {
-        const int jj = i / (16 * M), r = (i / M) & 15, m = i % M;
+    // tile groups shared by warps: their parts added in warp order
+    for (int i = threadIdx.x; i < (t1 - t0) * SLOT; i += NTH) {
+        const int jj = i / SLOT, e = i - jj * SLOT;
         const int lo = jj * ng, hi = lo + ng;
         float v = 0.f;
         bool shared = false;
@@ -243,8 +258,8 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows_tc(const uint32_t* __restrict__ words,
             const int wa = (int)((int64_t)U * w / NW), wb = (int)((int64_t)U * (w + 1) / NW);
             if (wa >= hi || wb <= lo || (wa <= lo && wb >= hi)) continue;
             shared = true;
-            v += red[(w * 2 + (wa / ng == jj ? 0 : 1)) * 128 + r * 8 + m];
+            v += red[(w * 2 + (wa / ng == jj ? 0 : 1)) * SLOT + e];
         }
-        if (shared) write(16 * (t0 + jj) + r, m, v);
+        if (shared) write(RT * (t0 + jj) + e / M, e % M, v);
     }
 }
