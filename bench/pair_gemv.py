@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--ms", default="1,4")
     ap.add_argument("--shapes", default="8192x8192,gate,down")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--quick", action="store_true",
+                    help="no mul1; pair rows at their default instance only")
     a = ap.parse_args()
     ks = [int(v) for v in a.ks.split(",")]
     ms = [int(v) for v in a.ms.split(",")]
@@ -109,11 +111,14 @@ def main() -> None:
             for M in ms:
                 xm = torch.randn(M, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
                 dims = dict(k=k, T=T, axis=axis, out_features=out_f, in_features=in_f)
-                t_mul1 = graph_time(lambda xm=xm, d=dims, cs=copies: [
+                t_mul1 = float("nan") if a.quick else graph_time(lambda xm=xm, d=dims, cs=copies: [
                     tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs]
                 ) / len(copies)
                 tried = {}
-                for cfg in (ROWS_CFGS.get(M, [None]) if axis == 1 else [(1,), (2,)]):
+                cfgs = ROWS_CFGS.get(M, [None]) if axis == 1 else [(1,), (2,)]
+                if a.quick:
+                    cfgs = [pair_cuda.ROWS_CFG[M] if axis == 1 else (pair_cuda.COLS_SUB,)]
+                for cfg in cfgs:
                     tried[str(cfg)] = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg: [
                         pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, **d) for w, sc in cs]
                     ) / len(copies)

@@ -108,7 +108,7 @@ def test_tc_instances_match_the_library_source():
 
 
 @needs_cuda
-@pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
+@pytest.mark.parametrize("k,L", [(3, 16), (4, 16), (2, 16), (3, 12)])
 @pytest.mark.parametrize("M,nth,tr", [(1, 512, 2), (2, 512, 2), (3, 512, 2), (4, 512, 2),
                                       (5, 512, 2), (6, 512, 2), (7, 512, 2), (8, 512, 2),
                                       (2, 512, 1), (4, 512, 1), (8, 512, 1), (2, 1024, 1),
