@@ -10,10 +10,10 @@ source bench/device/env.sh  # pipefail, wheels, PYTHONPATH, kernel cache, $OUT, 
 TAG=${TAG:--s26b}
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
-timeout 120 python3 -m pytest -q -x tests/test_pair_cuda.py -k "tc" 2>&1 \
+timeout 100 python3 -m pytest -q -x tests/test_pair_cuda.py -k "tc" 2>&1 \
   | tee "$OUT/tests-tc$TAG.log" | tail -4
 echo "=== kernels $SECONDS s"
-timeout "$(( $(left) * 11 / 20 ))" python3 bench/pair_gemv.py --quick --ks 3,4 --ms 4,1,2,8 \
+timeout "$(( $(left) * 9 / 20 ))" python3 bench/pair_gemv.py --quick --ks 3,4 --ms 4,1,2,8 \
   --shapes 8192x8192,gate --tag="$TAG" 2>&1 | tee "$OUT/kernels$TAG.log" \
   | grep -o '"shape": "[a-z0-9]*"\|"k": [0-9]\|"M": [0-9]\|"[a-z1-9]*_seconds": [0-9.e-]*\|"tc_cfg": "[^"]*"' \
   | paste -sd' ' | sed 's/"shape"/\n"shape"/g'
