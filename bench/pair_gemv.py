@@ -113,7 +113,8 @@ def main() -> None:
                 best = min(tried, key=tried.get)
                 c = {"shape": sname, "out_features": out_f, "in_features": in_f, "axis": axis,
                      "k": k, "M": M, "bf16_seconds": t_bf[M], "mul1_seconds": t_mul1,
-                     "mul1_speedup_vs_bf16": t_mul1 and t_bf[M] / t_mul1, "pair_seconds": tried[best],
+                     "mul1_speedup_vs_bf16": t_mul1 and t_bf[M] / t_mul1,
+                     "pair_seconds": tried[best],
                      "pair_cfg": best, "pair_tried": tried,
                      "pair_speedup_vs_bf16": t_bf[M] / tried[best],
                      "pair_vs_mul1": t_mul1 and t_mul1 / tried[best],
