@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 26, call 1: what session 25 left unrun, on one machine — the decode-attention
-# tests (the tq_sdpa case now on the device), the 8B-shaped decode at a 4096-slot cache
+# The next call: what sessions 25–26 left unrun, on one machine — the decode-attention
+# tests (the device case passed once, session 26), the 8B-shaped decode at a 4096-slot cache
 # (bf16, affine-4, pair gate/up + mul1 down; lm_head 4-bit, split-KV attention), issue 19's
 # kernel table (bench/pair_gemv.py: bf16 cuBLAS, mul1, pair at k = 2, 3, 4, M = 1, 4 on
 # its three shapes) and the graph-timed attention. TAG, END_S.
