@@ -16,6 +16,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -128,7 +129,13 @@ inline void pdl_trigger() {}
 inline void pdl_wait() {}
 
 template <typename T>
-inline T __ldg(const T* p) { return *p; }
+inline T __ldg(const T* p) {
+  if ((uintptr_t)p % sizeof(T)) {  // the device faults on a misaligned vector load
+    std::fprintf(stderr, "__ldg: %zu-byte load from misaligned %p\n", sizeof(T), (const void*)p);
+    std::abort();
+  }
+  return *p;
+}
 
 // a warp's lanes exchange 4-byte values: each gets lane src's (its own where src ≥ 32)
 template <typename T>
