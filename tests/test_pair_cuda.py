@@ -120,6 +120,42 @@ def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M, sub):
 
 @needs_cuda
 @pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("k", [2, 4])
+def test_misaligned_words_give_the_aligned_result(axis, k):
+    """The kernels load a period's words as one 8- or 16-byte vector at k = 2, 4: words
+    that start 4 bytes past an aligned address (a view into a larger buffer) are served
+    (copied), not read misaligned, and the library refuses such a pointer itself."""
+    from tqbuild.runtime import pair_cuda
+
+    g = np.random.default_rng(k + 7 * axis)
+    rows, cols, T, L = 256, 1024, 256, 16
+    flat = torch.from_numpy(g.integers(0, 2**32, rows * cols * k // 32 + 1, dtype=np.uint64)
+                            .astype(np.uint32).view(np.int32)).cuda()
+    shifted = flat[1:].view(rows, cols * k // 32)
+    assert shifted.data_ptr() % 16 == 4
+    scales = torch.from_numpy((g.random(rows) + 0.5).astype(np.float16)).cuda()
+    x = torch.randn(1, rows if axis == 0 else cols, device="cuda")
+    dims = dict(k=k, T=T, L=L, axis=axis, out_features=cols if axis == 0 else rows,
+                in_features=rows if axis == 0 else cols)
+    assert torch.equal(pair_cuda.matvec(x, shifted, scales, **dims),
+                       pair_cuda.matvec(x, shifted.clone(), scales, **dims))
+    lib = pair_cuda.library(k, L)
+    out = torch.empty(1, dims["out_features"], device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    if axis == 1:
+        rc = lib.tq_pair_rows(shifted.data_ptr(), scales.data_ptr(), pair_cuda._table(x.device)
+                              .data_ptr(), x.data_ptr(), 0, out.data_ptr(), 0, 1, rows, cols, T,
+                              *pair_cuda.ROWS_CFG[1], pair_cuda.FACTOR, 4, 0, stream)
+    else:
+        part = torch.empty(4 * 2050, device="cuda")
+        rc = lib.tq_pair_cols(shifted.data_ptr(), scales.data_ptr(), pair_cuda._table(x.device)
+                              .data_ptr(), x.data_ptr(), 0, part.data_ptr(), out.data_ptr(), 0,
+                              rows, cols, T, 1, pair_cuda.FACTOR, 4, 0, stream)
+    assert rc == -3
+
+
+@needs_cuda
+@pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_outputs_are_the_float_outputs_rounded(axis, dtype):
     from tqbuild.runtime import pair_cuda
