@@ -113,28 +113,10 @@ TQ_DEV uint32_t window(const uint32_t (&w)[K + 1], int v) {
     return (sh + L <= 32) ? (w[wi] >> sh) : __funnelshift_r(w[wi], w[wi + 1], sh);
 }
 
-// a period's k words from `a`: one 16-byte load at k = 4, one 8-byte load at k = 2 (a
-// period then starts 4k-byte aligned: the entry points check the words' address, and a
-// stored row of n_periods·k words keeps it), else k 4-byte loads
-TQ_DEV void period_words(const uint32_t* a, uint32_t (&w)[K + 1]) {
-    if constexpr (K == 4) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(a));
-        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
-    } else if constexpr (K == 2) {
-        const uint2 v = __ldg(reinterpret_cast<const uint2*>(a));
-        w[0] = v.x; w[1] = v.y;
-    } else {
-#pragma unroll
-        for (int j = 0; j < K; ++j) w[j] = __ldg(a + j);
-    }
-}
-// the byte alignment period_words needs of the words
-constexpr int WORDS_ALIGN = (K == 4 || K == 2) ? 4 * K : 4;
-
 TQ_DEV void load_words(const uint32_t* row, int p, int ppb, uint32_t (&w)[K + 1]) {
     const int last = (p & (ppb - 1)) == ppb - 1;
     const uint32_t* a = row + K * p;
-    period_words(a, w);
+    period_words<K>(a, w);
     w[K] = __ldg(a + (last ? K * (1 - ppb) : K));
 }
 
@@ -518,7 +500,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
 #pragma unroll
     for (int d = 0; d < D; ++d) {
         if (i0 + d < i1) {
-            period_words(pf, ring[d]);
+            period_words<K>(pf, ring[d]);
             ring[d][K] = __ldg(pn);
         }
         pf += nw;
@@ -551,7 +533,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                 const uint32_t xl = *xb++, xh = xl << 8;
                 cols_steps<V0, VS>(ring[d], xl, xh, lane4, acc);
                 if (ii + D < i1) {  // the slot, once decoded, takes input ii + D
-                    period_words(pf, ring[d]);
+                    period_words<K>(pf, ring[d]);
                     ring[d][K] = __ldg(pn);
                 }
                 pf += nw;
@@ -690,7 +672,7 @@ size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks) {
 int tq_pair_rows(const void* words, const void* scales, const void* table, const void* x, int dt,
                  void* out, int odt, int M, int rows, int n, int T, int rb, int wpr, int nth, float factor,
                  int nblocks, int pdl, void* stream) {
-    if ((uintptr_t)words % WORDS_ALIGN) return -3;  // period_words' vector loads
+    if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
     auto W = (const uint32_t*)words;
     auto S = (const uint16_t*)scales;
     auto Tb = (const uint32_t*)table;
@@ -711,7 +693,7 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
                  void* part, void* out, int odt, int n_in, int n_out, int T, int sub, float factor,
                  int nblocks, int pdl, void* stream) {
-    if ((uintptr_t)words % WORDS_ALIGN) return -3;  // period_words' vector loads
+    if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
     const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g); });

@@ -6,6 +6,26 @@
 #pragma once
 #include <cstdint>
 
+// A period's K words from `a`: one 16-byte load at K = 4, one 8-byte load at K = 2 (the
+// period then starts 4K-byte aligned: a stored row of n_periods·K words keeps the words'
+// own alignment, which the entry points check), else K 4-byte loads; w[K] is the caller's.
+template <int K>
+__device__ __forceinline__ void period_words(const uint32_t* a, uint32_t (&w)[K + 1]) {
+    if constexpr (K == 4) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(a));
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    } else if constexpr (K == 2) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(a));
+        w[0] = v.x; w[1] = v.y;
+    } else {
+#pragma unroll
+        for (int j = 0; j < K; ++j) w[j] = __ldg(a + j);
+    }
+}
+// the byte alignment period_words<K> needs of the words
+template <int K>
+constexpr int words_align() { return (K == 4 || K == 2) ? 4 * K : 4; }
+
 template <int RB, int W, void (*LOAD)(const uint32_t*, int, int, uint32_t (&)[W])>
 __device__ __forceinline__ void start_row_words(const uint32_t* words, int r0, int rows, int nw,
                                                 int p0, int S, int ng, int ppb,

@@ -346,6 +346,8 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     if x.dtype not in DTYPES:
         x = x.float()
     x = x.contiguous()
+    if words.data_ptr() % 16:  # the kernels load a period's words as one vector (k = 2, 4)
+        words = words.clone()
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     odt = DTYPES[out_dtype]
     factor = 1.0 / BYTESUM_DIV

@@ -170,16 +170,7 @@ __device__ __forceinline__ Offsets offsets(int p, int ppb) {
 
 __device__ __forceinline__ void load_ptr(const uint32_t* a, const uint32_t* nxt,
                                          uint32_t (&w)[K + 1]) {
-    if constexpr (K == 4) {
-        uint4 t = __ldg(reinterpret_cast<const uint4*>(a));
-        w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
-    } else if constexpr (K == 2) {
-        uint2 t = __ldg(reinterpret_cast<const uint2*>(a));
-        w[0] = t.x; w[1] = t.y;
-    } else {
-#pragma unroll
-        for (int j = 0; j < K; ++j) w[j] = __ldg(a + j);
-    }
+    period_words<K>(a, w);
     w[K] = __ldg(nxt);
 }
 
