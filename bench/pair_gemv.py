@@ -45,6 +45,27 @@ for _M, _rb, _wpr, _nth in pair_cuda.ROWS_INSTANCES:
     ROWS_CFGS.setdefault(_M, []).append((_rb, _wpr, _nth))
 
 
+def kernel_times(run, calls: int) -> dict[str, float]:
+    """Mean seconds a call by kernel (torch's profiler over eager calls, PDL off so that
+    a kernel's time excludes its wait for the one before): how a cols call's time splits
+    between its decode kernel and the split sum."""
+    from torch.profiler import ProfilerActivity, profile
+
+    os.environ["TQBUILD_PDL"] = "0"
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    del os.environ["TQBUILD_PDL"]
+    per: dict[str, float] = {}
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", 0.0) or getattr(ev, "cuda_time_total", 0.0)
+        if t > 0 and ev.key:
+            per[ev.key[:60]] = per.get(ev.key[:60], 0.0) + t / calls / 1e6
+    return per
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ks", default="2,3,4")
@@ -134,6 +155,14 @@ def main() -> None:
                      "pair_vs_mul1": t_mul1 and t_mul1 / tried[best],
                      "pair_fraction_of_copy_bw": nbytes / tried[best] / bw,
                      "copies": len(copies)}
+                if axis == 0 and not a.quick:  # the split sum's share of a cols call
+                    c["kernel_seconds"] = {
+                        "mul1": kernel_times(lambda xm=xm, d=dims, cs=copies: [
+                            tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs],
+                            len(copies)),
+                        "pair": kernel_times(lambda xm=xm, d=dims, cs=copies, cf=cfg_of[best]: [
+                            pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=cf, **d) for w, sc in cs],
+                            len(copies))}
                 res["cases"].append(c)
                 print(json.dumps(c), flush=True)
                 out.write_text(json.dumps(res, indent=2) + "\n")
