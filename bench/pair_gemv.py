@@ -7,8 +7,7 @@ kernels and bf16 cuBLAS, on the GPU, one run.
 Per shape, k and M: µs of bf16 cuBLAS, of the mul1 kernel the runtime picks (L = 12, as
 bench/trellis_gemv.py), and of the pair kernels (L = 16; rows: every block shape
 instance at that M, cols: walkers of 1 and 2 warps (M launch pairs of one row); all
-recorded, the best reported; rows also on the tensor cores, pair_rows_tc, each of its
-block sizes at that M: `tc_seconds`) —
+recorded, the best reported; --quick: the default instance only, and no mul1) —
 CUDA graphs over copies whose working set exceeds 3× the L2; SASS instructions a weight
 of the pair decode loops; the packed bytes as a fraction of the measured copy rate.
 Correctness is tests/test_pair_cuda.py's (run it first on the same machine).
@@ -67,12 +66,6 @@ def kernel_times(run, calls: int) -> dict[str, float]:
     return per
 
 
-def lib_tc_fits(k: int, M: int, n: int, nth: int, tr: int) -> bool:
-    """pair_rows_tc's fp16 copy of x fits a block's shared memory (else not timed)."""
-    lib = pair_cuda.library(k, L_PAIR)
-    return lib is not None and lib.tq_pair_rows_tc_smem(M, n, nth, tr) <= tc.SMEM_LIMIT
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ks", default="2,3,4")
@@ -103,12 +96,6 @@ def main() -> None:
                 if s:
                     res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr} T{nth}"] = {
                         "loop_instructions": s[0], "per_weight": s[0] / (rb * 64), "ops": s[1]}
-        cp = 4 if k == 4 else 8  # pair_rows_tc.cuh's TC_CP: periods a chunk
-        for M, nth, tr in pair_cuda.TC_INSTANCES:  # a trip: a chunk, 2·TR·cp HMMA, 16·TR·cp
-            s = sass_loop(lib, f"pair_rows_tcILi{M}ELi{nth}ELi{tr}E", 2 * tr * cp, "HMMA")
-            if s:  # weights a lane (the static loop holds the staging and part flush too)
-                res["sass"][f"k{k} rows_tc M{M} T{nth} TR{tr}"] = {
-                    "loop_instructions": s[0], "per_weight": s[0] / (16 * tr * cp), "ops": s[1]}
         d = 4  # TQ_PAIR_COLS_D: inputs a trip
         for sub in (1, 2):  # warps a walker: each decodes 32 / sub weights of d / sub inputs
             s = sass_loop(lib, f"pair_colsILi{sub}E", 32 * (d // sub) // sub, "IDP")
@@ -137,7 +124,7 @@ def main() -> None:
             for M in ms:
                 xm = torch.randn(M, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
                 dims = dict(k=k, T=T, axis=axis, out_features=out_f, in_features=in_f)
-                t_mul1 = float("nan") if a.quick else graph_time(lambda xm=xm, d=dims, cs=copies: [
+                t_mul1 = None if a.quick else graph_time(lambda xm=xm, d=dims, cs=copies: [
                     tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs]
                 ) / len(copies)
                 tried = {}
@@ -149,13 +136,6 @@ def main() -> None:
                         pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, **d) for w, sc in cs]
                     ) / len(copies)
                 best = min(tried, key=tried.get)
-                tc_tried = {}
-                for cfg in [(t, r) for m, t, r in pair_cuda.TC_INSTANCES if m == M and axis == 1]:
-                    if lib_tc_fits(k, M, in_f, *cfg):
-                        tc_tried[str(cfg)] = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg: [
-                            pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, tc=True, **d)
-                            for w, sc in cs]) / len(copies)
-                tc_best = min(tc_tried, key=tc_tried.get) if tc_tried else None
                 cfg_of = {str(c): c for c in cfgs}
                 t_nopdl = None
                 if pdl:
@@ -174,11 +154,6 @@ def main() -> None:
                      "pair_speedup_vs_bf16_without_pdl": t_nopdl and t_bf[M] / t_nopdl,
                      "pair_vs_mul1": t_mul1 and t_mul1 / tried[best],
                      "pair_fraction_of_copy_bw": nbytes / tried[best] / bw,
-                     "tc_seconds": tc_tried.get(tc_best), "tc_cfg": tc_best,
-                     "tc_tried": tc_tried,
-                     "tc_speedup_vs_bf16": t_bf[M] / tc_tried[tc_best] if tc_tried else None,
-                     "tc_fraction_of_copy_bw":
-                         nbytes / tc_tried[tc_best] / bw if tc_tried else None,
                      "copies": len(copies)}
                 if axis == 0 and not a.quick:  # the split sum's share of a cols call
                     c["kernel_seconds"] = {

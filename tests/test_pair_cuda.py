@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_pair_gemv_host import quantize, tc_reference
+from test_pair_gemv_host import quantize
 
 from tqbuild.formats import trellis as fmt
 from tqbuild.kernels.trellis_codes import values_of
@@ -92,94 +92,6 @@ def test_rows_kernel_equals_the_reference(k, L, M, cfg):
                            out_features=rows, in_features=n, cfg=cfg)
     err = np.abs(got.double().cpu().numpy() - ref).max()
     assert err <= 1e-5 * np.abs(ref).max()
-
-
-def test_tc_instances_match_the_library_source():
-    import re
-
-    from tqbuild.runtime import pair_cuda
-
-    src = pair_cuda.SOURCE.read_text()
-    body = src[src.index("#define TQ_PAIR_TC_INSTANCES"):].split("\n\n", 1)[0]
-    found = [tuple(int(v) for v in m)
-             for m in re.findall(r"TQ_PAIR_TC\((\d+), (\d+), (\d+)\)", body)]
-    assert found == pair_cuda.TC_INSTANCES
-    assert all((M, *pair_cuda.TC_CFG) in found for M in range(1, pair_cuda.MAX_M + 1))
-
-
-@needs_cuda
-@pytest.mark.parametrize("k,L", [(3, 16), (4, 16), (2, 16), (3, 12)])
-@pytest.mark.parametrize("M,nth,tr", [(1, 512, 1), (2, 512, 1), (3, 512, 1), (4, 512, 1),
-                                      (5, 512, 1), (6, 512, 1), (7, 512, 1), (8, 512, 1),
-                                      (2, 256, 2), (4, 256, 2)])
-@pytest.mark.parametrize("rows,n,T", [(300, 1024, 256), (2500, 1024, 256), (34000, 256, 256),
-                                      (700, 2048, 1024)])
-def test_rows_tc_kernel_equals_its_reference(k, L, M, nth, tr, rows, n, T):
-    """pair_rows_tc on the GPU against fp16 weights × fp16 inputs (the emulator's
-    reference), bf16 inputs with tokens of unlike sizes. On ≥ 100 SMs: 300 rows (a tile
-    group a block at most, its chunks split between warps), 2500 (one or two tile groups
-    a block), 34000 rows of 8 periods (8–17 groups a block: some walked whole by one
-    warp) and blocks longer than a chunk (T = 1024)."""
-    from tqbuild.runtime import pair_cuda
-
-    g = np.random.default_rng(k * 1000 + L * 10 + M + rows)
-    words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(rows) + 0.5).astype(np.float16)
-    x = torch.from_numpy(g.standard_normal((M, n)).astype(np.float32)).bfloat16()
-    x[-1] *= 300.0
-    ref = tc_reference(_w16(words, k, T, L), scales, x.float().numpy()) / 8192
-    got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
-                           torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=1,
-                           out_features=rows, in_features=n, cfg=(nth, tr), tc=True)
-    got = got.double().cpu().numpy()
-    for m in range(M):
-        assert np.abs(got[m] - ref[m]).max() <= 1e-5 * np.abs(ref[m]).max(), m
-
-
-@needs_cuda
-def test_rows_tc_refuses_what_it_does_not_serve():
-    """Blocks shorter than a staged chunk (T = 64, 128 at k = 3; n = 1152 is not whole
-    chunks either): matvec serves them on pair_rows (the int8 kernel's numbers), and the
-    library entry itself refuses them (-3)."""
-    from tqbuild.runtime import pair_cuda
-
-    g = np.random.default_rng(3)
-    k, L, rows = 3, 16, 64
-    for n, T in ((1024, 64), (1152, 128)):
-        words = torch.from_numpy(g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64)
-                                 .astype(np.uint32).view(np.int32)).cuda()
-        scales = torch.from_numpy((g.random(rows) + 0.5).astype(np.float16)).cuda()
-        x = torch.randn(2, n, device="cuda")
-        dims = dict(k=k, T=T, L=L, axis=1, out_features=rows, in_features=n)
-        assert torch.equal(pair_cuda.matvec(x, words, scales, tc=True, **dims),
-                           pair_cuda.matvec(x, words, scales, tc=False, **dims))
-        out = torch.empty(2, rows, device="cuda")
-        rc = pair_cuda.library(k, L).tq_pair_rows_tc(
-            words.data_ptr(), scales.data_ptr(), pair_cuda._half_table(x.device).data_ptr(),
-            x.data_ptr(), 0, out.data_ptr(), 0, 2, rows, n, T, *pair_cuda.TC_CFG,
-            pair_cuda.FACTOR, 4, 0, torch.cuda.current_stream().cuda_stream)
-        assert rc == -3
-
-
-@needs_cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_rows_tc_outputs_in_every_dtype(dtype):
-    """Inputs and outputs of each dtype: the half outputs are the float32 ones rounded,
-    and the float32 ones match the reference."""
-    from tqbuild.runtime import pair_cuda
-
-    g = np.random.default_rng(7)
-    rows, n, T, k, L = 256, 2048, 256, 3, 16
-    words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(rows) + 0.5).astype(np.float16)
-    x = torch.randn(4, n, dtype=torch.float64).to(dtype)
-    dims = dict(k=k, T=T, L=L, axis=1, out_features=rows, in_features=n, tc=True)
-    w, s = torch.from_numpy(words.view(np.int32)).cuda(), torch.from_numpy(scales).cuda()
-    f32 = pair_cuda.matvec(x.cuda(), w, s, **dims)
-    out = pair_cuda.matvec(x.cuda(), w, s, out_dtype=dtype, **dims)
-    assert out.dtype == dtype and torch.equal(out, f32.to(dtype))
-    ref = tc_reference(_w16(words, k, T, L), scales, x.double().numpy()) / 8192
-    assert np.abs(f32.double().cpu().numpy() - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
 @needs_cuda

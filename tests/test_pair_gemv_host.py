@@ -13,7 +13,6 @@ import simt_harness
 from tqbuild.formats import trellis as fmt
 from tqbuild.kernels.pair_table import ENTRIES
 from tqbuild.kernels.trellis_codes import values_of
-from tqbuild.runtime import pair_cuda
 
 CASES = [(2, 16), (3, 12), (4, 16)]  # (k, L) of the emulator builds
 
@@ -161,68 +160,3 @@ def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path,
     ref = (ref * gs[:, :, None]).sum(1)
     got = run(exe, tmp_path, k, 0, words, scales, x, T, rb=sub, blocks=blocks, gsw=gsw)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
-
-
-def tc_reference(words_w16: np.ndarray, scales, x: np.ndarray) -> np.ndarray:
-    """pair_rows_tc's numbers: each weight (int16 units) rounded to fp16, each token x
-    scaled by 2^(14 − E) (E: the exponent of its max |x|) and rounded to fp16, the dot
-    products exact (float64 here; float32 sums in the kernel), scaled back."""
-    w = words_w16.astype(np.float16).astype(np.float64)
-    e = np.frexp(np.abs(x).max(axis=1).astype(np.float64))[1] - 1  # max in [2^e, 2^(e+1))
-    s = np.ldexp(1.0, 14 - e)[:, None]
-    xh = (x.astype(np.float64) * s).astype(np.float16).astype(np.float64) / s
-    return (xh @ w.T) * scales.astype(np.float64)[None, :]
-
-
-@pytest.mark.parametrize("kl", CASES)
-@pytest.mark.parametrize("M,nth,tr,rows,n,blocks,T", [
-    (1, 512, 1, 37, 512, 3, 256), (4, 512, 1, 37, 512, 3, 256), (8, 512, 1, 50, 256, 2, 256),
-    (3, 512, 1, 301, 1536, 2, 256), (2, 256, 2, 617, 512, 2, 256), (4, 256, 2, 617, 512, 1, 256),
-    (8, 512, 1, 617, 512, 2, 256), (2, 512, 1, 200, 2048, 2, 1024), (3, 512, 1, 90, 1024, 1, 512)])
-def test_rows_tc_kernel_equals_its_reference(harnesses, tmp_path_factory, tmp_path, kl, M, nth,
-                                             tr, rows, n, blocks, T):
-    """pair_rows_tc (the tensor-core rows kernel, words staged by cp.async) against fp16
-    weights times fp16 inputs: a last tile partly filled (37, 50, 301, 617, 90 rows);
-    tile groups (TR tiles) split between the warps of a block (their parts added in shared
-    memory), walked whole by one warp, or both (617 rows: 39 or 20 groups of 2 or 4
-    chunks over 16 or 8 warps); tokens M = 1 … 8 (columns past M unwritten); blocks of
-    T = 256, 512, 1024 weights, as long as a chunk or longer (a chunk that ends a block
-    stages the block's first word after it)."""
-    k, L = kl
-    exe = _exe(harnesses, tmp_path_factory, k, L)
-    words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 31 + M + rows)
-    x[0] *= 1e-3  # tokens of unlike sizes: each scaled on its own
-    got = _run_tc(exe, tmp_path, k, words, scales, x, T, nth, blocks, tr=tr)
-    ref = tc_reference(w16, scales, x)
-    for m in range(M):  # relative to each token's own outputs
-        assert np.abs(got[m] - ref[m]).max() <= 2e-6 * np.abs(ref[m]).max(), m
-
-
-def _run_tc(exe, tmp, k, words, scales, x, T, nth, blocks, odt=0, tr=1):
-    M = x.shape[0]
-    rows, nw = words.shape
-    n = nw * 32 // k
-    inp, out = tmp / "in.bin", tmp / "out.bin"
-    with open(inp, "wb") as f:
-        np.array([1, M, rows, n, T, 0, tr, blocks, nth, 12, odt], np.int32).tofile(f)
-        words.astype(np.uint32).tofile(f)
-        scales.astype(np.float16).view(np.uint16).tofile(f)
-        pair_cuda.half_entries().tofile(f)
-        x.astype(np.float32).tofile(f)
-    simt_harness.run(exe, inp, out)
-    raw = np.fromfile(out, [np.float32, np.uint16, np.float16][odt])
-    if odt == 1:
-        raw = (raw.astype(np.uint32) << 16).view(np.float32)
-    return raw.reshape(M, -1).astype(np.float64)
-
-
-@pytest.mark.parametrize("odt", [1, 2])
-def test_rows_tc_half_outputs_are_the_float_outputs_rounded(harnesses, tmp_path_factory, tmp_path,
-                                                            odt):
-    k, L = 3, 16
-    exe = _exe(harnesses, tmp_path_factory, k, L)
-    words, scales, x, _ = _case(k, L, 37, 512, 256, 2, seed=odt)
-    scales = (scales.astype(np.float32) * 2**-12).astype(np.float16)
-    f32 = _run_tc(exe, tmp_path, k, words, scales, x, 256, 512, 3)
-    half = _run_tc(exe, tmp_path, k, words, scales, x, 256, 512, 3, odt=odt)
-    assert np.isfinite(half).all() and np.array_equal(half, _round_to(f32, odt))

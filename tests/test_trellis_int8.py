@@ -329,7 +329,7 @@ def test_a_local_header_joins_the_cache_key(tmp_path, monkeypatch):
     for src, names in ((trellis_cuda.SOURCE, ["pdl_launch.cuh", "quant8.cuh", "row_words.cuh"]),
                        (affine_cuda.SOURCE, ["pdl_launch.cuh"]),
                        (pair_cuda.SOURCE, ["pdl_launch.cuh", "quant8.cuh", "row_words.cuh",
-                                           "smem_abs.cuh", "pair_rows_tc.cuh"])):
+                                           "smem_abs.cuh"])):
         assert [h.name for h in nvcc.local_includes(src)] == names
         assert all(h.is_file() for h in nvcc.local_includes(src))
     monkeypatch.setattr(nvcc, "arch", lambda: "sm_90")

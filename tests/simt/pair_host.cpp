@@ -1,8 +1,7 @@
 // Runs runtime/pair_gemv.cu's kernels in the SIMT emulator (tests/test_pair_gemv_host.py);
 // built with -DTQ_K=k -DTQ_L=L. usage: pair_host IN OUT — IN: int32 axis, M, rows (axis 1:
-// output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb
-// (axis 1: 0 runs pair_rows_tc, whose table is the entries as fp16 pairs), wpr (pair_rows_tc:
-// TR, its tiles a unit), blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
+// output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb,
+// wpr, blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
 // threads a block), gsw (words a quantized group), odt (the output's
 // dtype: 0 f32, 1 bf16, 2 f16), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
 // [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype odt (× the table's unit).
@@ -21,14 +20,6 @@ static void rows(const uint32_t* w, const uint16_t* s, const uint32_t* t, const 
                  Out out, int nrows, int n, int T, int gsw, int blocks) {
   simt::launch(blocks, 1, NTH, [&] {
     pair_rows<M, RB, WPR, NTH>(w, s, t, x, 0, out, nrows, n, T / 32, gsw, 1.0f, blocks);
-  });
-}
-
-template <int M, int NTH, int TR>
-static void rows_tc(const uint32_t* w, const uint16_t* s, const uint32_t* t, const float* x,
-                    Out out, int nrows, int n, int T, int blocks) {
-  simt::launch(blocks, 1, NTH, [&] {
-    pair_rows_tc<M, NTH, TR>(w, s, t, x, 0, out, nrows, n, T / 32, 1.0f, blocks);
   });
 }
 
@@ -60,11 +51,6 @@ int main(int argc, char** argv) {
     const auto* W = w.data();
     const auto* S = s.data();
     const auto* Tb = tab.data();
-#define TQ_PAIR_TC(m, t, r)                                                        \
-    if (rb == 0 && M == m && nth == t && wpr == r)                                 \
-      return rows_tc<m, t, r>(W, S, Tb, x.data(), O, nrows, n, T, blocks), write(argv[2], out, odt);
-    TQ_PAIR_TC_INSTANCES
-#undef TQ_PAIR_TC
 #define TQ_PAIR_ROWS(m, r, p, t)                                                   \
     if (M == m && rb == r && wpr == p && nth == t)                                 \
       return rows<m, r, p, t>(W, S, Tb, x.data(), O, nrows, n, T, gsw, blocks), \

@@ -123,10 +123,6 @@ inline uint16_t half_round(double r) { return DT == 0 ? bf16_round(r) : f16_roun
 }  // namespace simt
 
 inline void sync_block() { simt::block->bar.arrive_and_wait(); }
-// a warp's lanes meet (and see each other's shared-memory writes)
-inline void __syncwarp(unsigned = 0xFFFFFFFFu) {
-  simt::block->warp_bars[threadIdx.x >> 5]->arrive_and_wait();
-}
 inline void __syncthreads() { sync_block(); }
 // programmatic dependent launch: one launch at a time here, nothing to wait for
 inline void pdl_trigger() {}
@@ -281,35 +277,6 @@ inline void bulk_wait_all() {
   bulk_wait_read(0);
   for (auto& c : bulk_unwritten) std::memcpy(c.dst, c.data.data(), c.data.size());
   bulk_unwritten.clear();
-}
-
-// cp.async global → shared, in commit groups, as late as a GPU may do it: a thread's
-// copies read and land only when it waits for their group, so a kernel that reads a
-// destination before waiting (or overwrites one another copy still targets) reads wrong here
-struct AsyncCopy {
-  void* dst;
-  const void* src;
-  int bytes;
-};
-inline thread_local std::vector<AsyncCopy> async_open;  // issued, not yet committed
-inline thread_local std::deque<std::vector<AsyncCopy>> async_groups;
-inline void async_copy(void* dst, const void* src, int bytes) {
-  if ((uintptr_t)dst % bytes || (uintptr_t)src % bytes) {  // the device faults
-    std::fprintf(stderr, "cp.async: %d bytes misaligned (%p <- %p)\n", bytes, dst, src);
-    std::abort();
-  }
-  async_open.push_back({dst, src, bytes});
-}
-inline void async_commit() {
-  async_groups.push_back(std::move(async_open));
-  async_open.clear();
-}
-// cp.async.wait_group pending: all but the `pending` most recent groups have landed
-inline void async_wait(int pending) {
-  while ((int)async_groups.size() > pending) {
-    for (const auto& c : async_groups.front()) std::memcpy(c.dst, c.src, (size_t)c.bytes);
-    async_groups.pop_front();
-  }
 }
 
 // a harness's input: n values of T from f (throws on a short file)

@@ -5,9 +5,7 @@ current stream (CUDA-graph capturable). Where nvcc or the build is missing,
 `available()` is False (warned once) and the pair code's modules run expanded.
 
 Rows (axis 1) for M ≤ 8 where x's int8 copy fits a block's shared memory beside the
-table; cols (axis 0) one input row a launch pair (M rows: M pairs). Rows also on the
-tensor cores (`pair_rows_tc`, the Ms of ROWS_TC): one decode for every token, x in fp16
-(each token scaled by a power of two) instead of int8 groups, where its fp16 copy fits."""
+table; cols (axis 0) one input row a launch pair (M rows: M pairs)."""
 
 from __future__ import annotations
 
@@ -39,14 +37,6 @@ ROWS_INSTANCES = [(1, 2, 1, 512), (1, 2, 2, 512), (1, 4, 1, 512), (1, 4, 2, 512)
 ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: (1, 1, 512),
             6: (1, 1, 512), 7: (1, 1, 512), 8: (1, 1, 512)}
 
-# pair_rows_tc's instances (M, threads a block, tiles a unit) of pair_gemv.cu's
-# TQ_PAIR_TC_INSTANCES, the (threads, tiles) a launch uses, and the Ms whose rows launch
-# takes it where it fits (empty until timed against pair_rows on a GPU)
-TC_INSTANCES = [(1, 512, 1), (2, 512, 1), (3, 512, 1), (4, 512, 1), (5, 512, 1), (6, 512, 1),
-                (7, 512, 1), (8, 512, 1), (2, 256, 2), (4, 256, 2)]
-TC_CFG = (512, 1)
-ROWS_TC: frozenset[int] = frozenset()
-
 # warps walking one cols tile's inputs together (pair_gemv.cu's pair_cols: 1 or 2)
 COLS_SUB = 1
 
@@ -59,10 +49,7 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
-    "tq_pair_rows_tc": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 7 + [_F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
-    "tq_pair_rows_tc_smem": (_Z, [_I] * 4),
-    "tq_pair_rows_tc_min_t": (_I, []),
     "tq_pair_cols_smem": (_Z, [_I] * 3)}
 
 
@@ -107,30 +94,6 @@ def _table(device: torch.device) -> torch.Tensor:
     return torch.from_numpy(words.copy()).to(device)
 
 
-def half_entries() -> np.ndarray:
-    """The 512 entries as pair_rows_tc reads them: each int16 rounded to fp16 (nearest
-    even; |v| < 2^15, so finite), the first weight in the low half (uint32 words)."""
-    from ..kernels.pair_table import ENTRIES
-
-    e = np.asarray(ENTRIES, dtype=np.uint32)
-    lo = (e & 0xFFFF).astype(np.uint16).view(np.int16).astype(np.float16).view(np.uint16)
-    hi = (e >> 16).astype(np.uint16).view(np.int16).astype(np.float16).view(np.uint16)
-    return lo.astype(np.uint32) | hi.astype(np.uint32) << 16
-
-
-@functools.cache
-def _half_table(device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(half_entries().view(np.int32).copy()).to(device)
-
-
-def _tc(lib: ctypes.CDLL, M: int, in_features: int, T: int, tc: bool | None) -> bool:
-    """pair_rows_tc takes this rows call: asked for (tc), or by ROWS_TC; where it fits and
-    serves the blocks (T of at least a staged chunk's weights)."""
-    want = M in ROWS_TC if tc is None else tc
-    return (want and T >= lib.tq_pair_rows_tc_min_t()
-            and lib.tq_pair_rows_tc_smem(M, in_features, *TC_CFG) <= trellis_cuda.SMEM_LIMIT)
-
-
 def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
               out_features: int, in_features: int) -> bool:
     """These kernels serve this call: CUDA, the pair code, whole periods and groups,
@@ -146,8 +109,6 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     if lib is None:
         return False
     if axis == 1:
-        if _tc(lib, M, in_features, T, None):
-            return True
         rb, _, nth = ROWS_CFG[M]
         need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
     else:
@@ -158,13 +119,11 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
 @nvcc.on_tensor_device
 def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int, T: int,
            L: int, axis: int, out_features: int, in_features: int,
-           cfg: tuple[int, ...] | None = None, tc: bool | None = None,
+           cfg: tuple[int, ...] | None = None,
            out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] of out_dtype (f32/bf16/f16,
     written by the kernels: rounded once); words in the plain stored layout (int32), scales
-    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub,) for cols; tc: rows on
-    pair_rows_tc (None: by ROWS_TC; either way only where it fits; cfg (threads, tiles a
-    unit) then)."""
+    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub,) for cols."""
     lib = library(k, L)
     assert lib is not None
     x = x.contiguous()
@@ -177,13 +136,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     stream = nvcc.stream_of(x)
     pdl = int(trellis_cuda.pdl(_index(x)))  # programmatic dependent launch where built for it
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
-    if axis == 1 and _tc(lib, M, in_features, T, tc):
-        nth, tr = cfg or TC_CFG  # type: ignore[misc]
-        rc = lib.tq_pair_rows_tc(words.data_ptr(), scales.data_ptr(),
-                                 _half_table(x.device).data_ptr(), x.data_ptr(), dt,
-                                 out.data_ptr(), odt, M, out_features, in_features, T, nth, tr,
-                                 FACTOR, blocks, pdl, stream)
-    elif axis == 1:
+    if axis == 1:
         rb, wpr, nth = cfg or ROWS_CFG[M]  # type: ignore[misc]
         rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                               x.data_ptr(), dt, out.data_ptr(), odt, M, out_features, in_features,

@@ -618,23 +618,6 @@ TQ_GLOBAL void TQ_BOUNDS(SUM_NT) pair_cols_sum(const float* __restrict__ part,
     put(out, 32 * group_of(p, ppb) + o, v * factor);
 }
 
-#include "pair_rows_tc.cuh"
-
-// the pair_rows_tc instances (M, NTH, TR) the library holds (runtime/pair_cuda.py's
-// TC_INSTANCES): two staged chunks a warp fit below the table at 16 warps of one tile or
-// 8 warps of two
-#define TQ_PAIR_TC_INSTANCES                                                                \
-    TQ_PAIR_TC(1, 512, 1) TQ_PAIR_TC(2, 512, 1) TQ_PAIR_TC(3, 512, 1) TQ_PAIR_TC(4, 512, 1)   \
-    TQ_PAIR_TC(5, 512, 1) TQ_PAIR_TC(6, 512, 1) TQ_PAIR_TC(7, 512, 1) TQ_PAIR_TC(8, 512, 1)   \
-    TQ_PAIR_TC(2, 256, 2) TQ_PAIR_TC(4, 256, 2)
-
-// dynamic shared memory of a pair_rows_tc launch (the staging and the tokens' scales
-// below the table, x as fp16 and the warps' parts after it); n a multiple of 32·TC_CP,
-// else none serves (SIZE_MAX; blocks of T < 32·TC_CP weights neither: tq_pair_rows_tc_min_t)
-inline size_t rows_tc_smem(int M, int n, int nth, int tr) {
-    if (n % (32 * TC_CP)) return ~(size_t)0;
-    return (size_t)XQ_OFF + (size_t)M * tc_token_words(n) * 4 + (size_t)(nth / 32) * 2 * 16 * tr * M * 4;
-}
 // dynamic shared memory of a rows launch: the table, x quantized, the warps' sums
 inline size_t rows_smem(int M, int n, int rb, int nth, int gsw) {
     return (size_t)XQ_OFF + (size_t)M * (n / 32) * (gsw + 1) * 4 + (size_t)(nth / 32) * rb * M * 4;
@@ -673,17 +656,6 @@ int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const v
     return launch(kern, nblocks, NTH, smem, st, TQ_PDL_IN && pdl, w, s, t, x, dt, out, rows, n, ppb,
                   gsw, factor, nblocks);
 }
-template <int M, int NTH, int TR>
-int rows_tc_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const void* x, int dt,
-                   Out out, int rows, int n, int ppb, float factor, int nblocks, bool pdl,
-                   cudaStream_t st) {
-    const size_t smem = rows_tc_smem(M, n, NTH, TR);
-    auto kern = pair_rows_tc<M, NTH, TR>;
-    const cudaError_t e = raise_smem(kern, smem);
-    if (e != cudaSuccess) return (int)e;
-    return launch(kern, nblocks, NTH, smem, st, TQ_PDL_IN && pdl, w, s, t, x, dt, out, rows, n, ppb,
-                  factor, nblocks);
-}
 }  // namespace
 
 extern "C" {
@@ -693,27 +665,6 @@ extern "C" {
 size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
 size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks) {
     return cols_smem(n_in, n_out, nblocks, GSW_TIGHT);
-}
-
-size_t tq_pair_rows_tc_smem(int M, int n, int nth, int tr) { return rows_tc_smem(M, n, nth, tr); }
-int tq_pair_rows_tc_min_t() { return 32 * TC_CP; }
-
-// rows on the tensor cores (pair_rows_tc): x [M, n] -> out [M, rows] of dtype odt; table:
-// the entries as fp16 pairs; (M, nth, tr) one of the instances
-int tq_pair_rows_tc(const void* words, const void* scales, const void* table, const void* x,
-                    int dt, void* out, int odt, int M, int rows, int n, int T, int nth, int tr,
-                    float factor, int nblocks, int pdl, void* stream) {
-    // whole 16-byte pieces a chunk, a chunk in one block
-    if ((uintptr_t)words % 16 || n % (32 * TC_CP) || T < 32 * TC_CP) return -3;
-    const Out O{out, odt};
-#define TQ_PAIR_TC(m, t, r)                                                                \
-    if (M == m && nth == t && tr == r)                                                     \
-        return rows_tc_launch<m, t, r>((const uint32_t*)words, (const uint16_t*)scales,       \
-                                    (const uint32_t*)table, x, dt, O, rows, n, T / 32, factor, \
-                                    nblocks, pdl != 0, (cudaStream_t)stream);
-    TQ_PAIR_TC_INSTANCES
-#undef TQ_PAIR_TC
-    return -1;
 }
 
 // rows (axis 1): x [M, n] -> out [M, rows] of dtype odt (0 f32, 1 bf16, 2 f16); (M, rb, wpr,
