@@ -1,4 +1,5 @@
-// The rows kernels' (runtime/trellis_gemv.cu, runtime/pair_gemv.cu) first two periods of
+// Word loads shared by the decode kernels (runtime/trellis_gemv.cu, runtime/pair_gemv.cu):
+// `period_words`, a period's k words; `start_row_words`, the rows kernels' first two periods of
 // the RB rows a lane decodes next: rows r0 … r0 + RB − 1 (past the last row: the last row
 // again), period p0 into slot wa and p0 + S into slot wb where they exist. LOAD(row, p, ppb,
 // w): period p's k words of a stored row and the next period's first (each kernel's
