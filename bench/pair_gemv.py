@@ -16,6 +16,7 @@ Correctness is tests/test_pair_cuda.py's (run it first on the same machine).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -45,19 +46,33 @@ for _M, _rb, _wpr, _nth in pair_cuda.ROWS_INSTANCES:
     ROWS_CFGS.setdefault(_M, []).append((_rb, _wpr, _nth))
 
 
+@contextlib.contextmanager
+def pdl_off():
+    """Kernels launched without programmatic dependent launch (TQBUILD_PDL is read at
+    each launch) inside the block, as before it after."""
+    old = os.environ.get("TQBUILD_PDL")
+    os.environ["TQBUILD_PDL"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TQBUILD_PDL"]
+        else:
+            os.environ["TQBUILD_PDL"] = old
+
+
 def kernel_times(run, calls: int) -> dict[str, float]:
     """Mean seconds a call by kernel (torch's profiler over eager calls, PDL off so that
     a kernel's time excludes its wait for the one before): how a cols call's time splits
     between its decode kernel and the split sum."""
     from torch.profiler import ProfilerActivity, profile
 
-    os.environ["TQBUILD_PDL"] = "0"
-    run()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with pdl_off():
         run()
         torch.cuda.synchronize()
-    del os.environ["TQBUILD_PDL"]
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
     per: dict[str, float] = {}
     for ev in prof.key_averages():
         t = getattr(ev, "device_time_total", 0.0) or getattr(ev, "cuda_time_total", 0.0)
@@ -139,11 +154,10 @@ def main() -> None:
                 cfg_of = {str(c): c for c in cfgs}
                 t_nopdl = None
                 if pdl:
-                    os.environ["TQBUILD_PDL"] = "0"  # read at each launch
-                    t_nopdl = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg_of[best]: [
-                        pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, **d) for w, sc in cs]
-                    ) / len(copies)
-                    del os.environ["TQBUILD_PDL"]
+                    with pdl_off():
+                        t_nopdl = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg_of[best]: [
+                            pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, **d) for w, sc in cs]
+                        ) / len(copies)
                 c = {"shape": sname, "out_features": out_f, "in_features": in_f, "axis": axis,
                      "k": k, "M": M, "bf16_seconds": t_bf[M], "mul1_seconds": t_mul1,
                      "mul1_speedup_vs_bf16": t_mul1 and t_bf[M] / t_mul1,

@@ -127,8 +127,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     lib = library(k, L)
     assert lib is not None
     x = x.contiguous()
-    if words.data_ptr() % 16:  # the kernels load a period's words as one vector (k = 2, 4)
-        words = words.clone()
+    words = trellis_cuda.aligned_words(words)
     M = x.shape[0]
     dt, odt = trellis_cuda.DTYPES[x.dtype], trellis_cuda.DTYPES[out_dtype]
     blocks = _sm_count(_index(x))

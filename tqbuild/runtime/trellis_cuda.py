@@ -136,6 +136,12 @@ def prebuild_for(modules) -> list[tuple[int, int, str]]:
     return []
 
 
+def aligned_words(words: torch.Tensor) -> torch.Tensor:
+    """The words 16-byte aligned, as the trellis and pair kernels need them (they load a
+    period's words as one vector at k = 2, 4): a misaligned view is copied."""
+    return words.clone() if words.data_ptr() % 16 else words
+
+
 def _check(rc: int, what: str) -> None:
     if rc != 0:
         raise RuntimeError(f"int8 trellis {what} launch failed (cudaError {rc})")
@@ -346,8 +352,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, code: 
     if x.dtype not in DTYPES:
         x = x.float()
     x = x.contiguous()
-    if words.data_ptr() % 16:  # the kernels load a period's words as one vector (k = 2, 4)
-        words = words.clone()
+    words = aligned_words(words)
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     odt = DTYPES[out_dtype]
     factor = 1.0 / BYTESUM_DIV
