@@ -45,7 +45,7 @@ def main() -> None:
     xc = torch.randn(1, 17408, device="cuda", dtype=torch.bfloat16, generator=g)
     wc, sc = packed(17408, 5120, k, g)
     dc = dict(k=k, T=T, axis=0, out_features=5120, in_features=17408)
-    runs += [lambda sub=sub: pair_cuda.matvec(xc, wc, sc, L=16, cfg=(sub,), **dc)
+    runs += [lambda sub=sub: pair_cuda.matvec(xc, wc, sc, L=16, cfg=(sub, 0), **dc)
              for sub in (1, 2)]
     runs.append(lambda: tc.matvec(xc, wc, sc, code="mul1", L=12, **dc))
     xa = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16, generator=g)

@@ -112,16 +112,20 @@ def main() -> None:
                     res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr} T{nth}"] = {
                         "loop_instructions": s[0], "per_weight": s[0] / (rb * 64), "ops": s[1]}
         d = 4  # TQ_PAIR_COLS_D: inputs a trip
-        for sub in (1, 2):  # warps a walker: each decodes 32 / sub weights of d / sub inputs
-            s = sass_loop(lib, f"pair_colsILi{sub}E", 32 * (d // sub) // sub, "IDP")
+        # warps a walker (each decodes 32 / sub weights of d / sub inputs a trip), and the walk
+        # on int8 inputs (two IDP2A a step) or in packed fp16 (one HFMA2 a step)
+        for sub, half in ((1, 0), (2, 0), (1, 1), (2, 1)):
+            per = 32 * (d // sub) // sub
+            s = sass_loop(lib, f"pair_colsILi{sub}ELi{512 * sub}ELb{half}E", per // (1 + half),
+                          "HFMA2" if half else "IDP")
             if s:
-                flush = s[1].get("I2FP", 0) + s[1].get("FFMA", 0) + s[1].get("CS2R", 0)
-                per = 32 * (d // sub) // sub
-                res["sass"][f"k{k} cols M1 sub{sub}"] = {
+                flush_ops = ("HADD2", "FFMA", "UMOV") if half else ("I2FP", "FFMA", "CS2R")
+                flush = sum(s[1].get(o, 0) for o in flush_ops)
+                res["sass"][f"k{k} cols M1 sub{sub}{' fp16' if half else ''}"] = {
                     "loop_instructions": s[0], "per_weight": s[0] / per,
                     "per_weight_without_flush": (s[0] - flush) / per, "ops": s[1],
                     "note": "the trip holds D copies of the once-a-32-inputs group flush "
-                            "(I2FP, FFMA, CS2R), branched over on the other inputs"}
+                            f"({', '.join(flush_ops)}), branched over on the other inputs"}
     print(json.dumps(res["sass"]), flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
     out = HERE / "results" / f"pair_gemv-cuda{a.tag}.json"
@@ -143,9 +147,9 @@ def main() -> None:
                     tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs]
                 ) / len(copies)
                 tried = {}
-                cfgs = ROWS_CFGS.get(M, [None]) if axis == 1 else [(1,), (2,)]
+                cfgs = ROWS_CFGS.get(M, [None]) if axis == 1 else [(1, 0), (2, 0), (1, 1), (2, 1)]
                 if a.quick:
-                    cfgs = [pair_cuda.ROWS_CFG[M] if axis == 1 else (pair_cuda.COLS_SUB,)]
+                    cfgs = [pair_cuda.ROWS_CFG[M] if axis == 1 else pair_cuda.COLS_CFG]
                 for cfg in cfgs:
                     tried[str(cfg)] = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg: [
                         pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, **d) for w, sc in cs]

@@ -113,9 +113,33 @@ def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M, sub):
     ref = (ref * gs[:, :, None]).sum(1) / 8192
     got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
                            torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=0,
-                           out_features=n_out, in_features=n_in, cfg=(sub,))
+                           out_features=n_out, in_features=n_in, cfg=(sub, 0))
     err = np.abs(got.double().cpu().numpy() - ref).max()
     assert err <= 1e-5 * np.abs(ref).max()
+
+
+@needs_cuda
+@pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
+@pytest.mark.parametrize("n_in,n_out,T", [(512, 1536, 256), (96, 512, 64), (17408, 5120, 256)])
+@pytest.mark.parametrize("sub", [1, 2])
+def test_cols_kernel_in_fp16_is_within_the_int8_kernels_error(k, L, n_in, n_out, T, sub):
+    """The packed-fp16 walk (cfg (sub, 1)) against the exact product of the decoded
+    weights and the inputs: within 2^-9 of the largest output and closer than the int8
+    walk (as tests/test_pair_gemv_host.py checks it in the emulator)."""
+    from tqbuild.runtime import pair_cuda
+
+    g = np.random.default_rng(k + n_in + 11)
+    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
+    scales = (g.random(n_in) + 0.5).astype(np.float16)
+    x = torch.from_numpy(g.standard_normal((1, n_in)).astype(np.float32))
+    x[0, 5] = 40.0
+    exact = (x.double().numpy() * scales.astype(np.float64)[None, :]) @ _w16(words, k, T, L) / 8192
+    dims = dict(k=k, T=T, L=L, axis=0, out_features=n_out, in_features=n_in)
+    w, sc = torch.from_numpy(words.view(np.int32)).cuda(), torch.from_numpy(scales).cuda()
+    top = np.abs(exact).max()
+    err = {h: np.abs(pair_cuda.matvec(x.cuda(), w, sc, cfg=(sub, h), **dims).double().cpu()
+                     .numpy() - exact).max() / top for h in (0, 1)}
+    assert err[1] <= 2**-9 and err[1] < err[0], err
 
 
 @needs_cuda
@@ -150,7 +174,7 @@ def test_misaligned_words_give_the_aligned_result(axis, k):
         part = torch.empty(4 * 2050, device="cuda")
         rc = lib.tq_pair_cols(shifted.data_ptr(), scales.data_ptr(), pair_cuda._table(x.device)
                               .data_ptr(), x.data_ptr(), 0, part.data_ptr(), out.data_ptr(), 0,
-                              rows, cols, T, 1, pair_cuda.FACTOR, 4, 0, stream)
+                              rows, cols, T, 1, 0, pair_cuda.FACTOR, 4, 0, stream)
     assert rc == -3
 
 

@@ -3,7 +3,7 @@
 // output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb,
 // wpr, blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
 // threads a block), gsw (words a quantized group), odt (the output's
-// dtype: 0 f32, 1 bf16, 2 f16), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
+// dtype: 0 f32, 1 bf16, 2 f16), half (axis 0: the walk in packed fp16), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
 // [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype odt (× the table's unit).
 #include <cstdio>
 #include <stdexcept>
@@ -35,9 +35,9 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   FILE* f = fopen(argv[1], "rb");
   if (!f) return 2;
-  const auto h = simt::read<int32_t>(f, 11);
+  const auto h = simt::read<int32_t>(f, 12);
   const int axis = h[0], M = h[1], nrows = h[2], n = h[3], T = h[4], rb = h[5], wpr = h[6],
-            blocks = h[7], nth = h[8], gsw = h[9], odt = h[10];
+            blocks = h[7], nth = h[8], gsw = h[9], odt = h[10], half = h[11];
   const int n_in = axis == 1 ? n : nrows, n_out = axis == 1 ? nrows : n;
   const auto w = simt::read<uint32_t>(f, (size_t)nrows * n * TQ_K / 32);
   const auto s = simt::read<uint16_t>(f, nrows);
@@ -63,16 +63,13 @@ int main(int argc, char** argv) {
   std::vector<int2> tiles_of(blocks);
   for (int m = 0; m < M; ++m) {
     const float* xm = x.data() + (size_t)m * n_in;
-    if (rb == 2)  // axis 0: rb = the warps of a walker (SUB)
-      simt::launch(blocks, 1, 2 * NT, [&] {
-        pair_cols<2, 2 * NT>(w.data(), s.data(), tab.data(), xm, 0, part.data(), tiles_of.data(),
-                             n_in, n_out / 32, T / 32, gsw, blocks);
-      });
-    else
-      simt::launch(blocks, 1, NT, [&] {
-        pair_cols<1, NT>(w.data(), s.data(), tab.data(), xm, 0, part.data(), tiles_of.data(),
-                         n_in, n_out / 32, T / 32, gsw, blocks);
-      });
+    // axis 0: rb = the warps of a walker (SUB)
+    auto kern = rb == 2 ? (half ? pair_cols<2, 2 * NT, true> : pair_cols<2, 2 * NT, false>)
+                        : (half ? pair_cols<1, NT, true> : pair_cols<1, NT, false>);
+    simt::launch(blocks, 1, rb * NT, [&] {
+      kern(w.data(), s.data(), tab.data(), xm, 0, part.data(), tiles_of.data(), n_in, n_out / 32,
+           T / 32, gsw, blocks);
+    });
     const int tiles = (n_out / 32 + 31) / 32;
     simt::launch((tiles * 1024 + SUM_NT - 1) / SUM_NT, 1, SUM_NT, [&] {
       const Out Om{reinterpret_cast<char*>(out.data()) + (size_t)m * n_out * osize, odt};

@@ -37,8 +37,9 @@ ROWS_INSTANCES = [(1, 2, 1, 512), (1, 2, 2, 512), (1, 4, 1, 512), (1, 4, 2, 512)
 ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: (1, 1, 512),
             6: (1, 1, 512), 7: (1, 1, 512), 8: (1, 1, 512)}
 
-# warps walking one cols tile's inputs together (pair_gemv.cu's pair_cols: 1 or 2)
-COLS_SUB = 1
+# a cols launch's (sub, half): warps walking one cols tile's inputs together (pair_gemv.cu's
+# pair_cols: 1 or 2), and whether the walk runs in packed fp16 (1) or on int8 inputs (0)
+COLS_CFG = (1, 0)
 
 _libs: dict[tuple[int, int], ctypes.CDLL | None] = {}
 
@@ -48,9 +49,9 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 # against the declarations in pair_gemv.cu
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
-    "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
+    "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
-    "tq_pair_cols_smem": (_Z, [_I] * 3)}
+    "tq_pair_cols_smem": (_Z, [_I] * 4)}
 
 
 def _load(k: int, L: int) -> ctypes.CDLL:
@@ -112,7 +113,8 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
         rb, _, nth = ROWS_CFG[M]
         need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
     else:
-        need = lib.tq_pair_cols_smem(in_features, out_features, _sm_count(_index(x)))
+        need = lib.tq_pair_cols_smem(in_features, out_features, _sm_count(_index(x)),
+                                     COLS_CFG[1])
     return need <= trellis_cuda.SMEM_LIMIT
 
 
@@ -123,7 +125,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
            out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] of out_dtype (f32/bf16/f16,
     written by the kernels: rounded once); words in the plain stored layout (int32), scales
-    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub,) for cols."""
+    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub, half) for cols."""
     lib = library(k, L)
     assert lib is not None
     x = x.contiguous()
@@ -142,13 +144,13 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
                               T, rb, wpr, nth, FACTOR, blocks, pdl, stream)
     else:
         part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tiles_of
-        sub, = cfg or (COLS_SUB,)
+        sub, half = cfg or COLS_CFG
         rc = 0
         for m in range(M):
             rc = rc or lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                                         x[m].data_ptr(), dt, part.data_ptr(), out[m].data_ptr(),
-                                        odt, in_features, out_features, T, sub, FACTOR, blocks,
-                                        pdl, stream)
+                                        odt, in_features, out_features, T, sub, half, FACTOR,
+                                        blocks, pdl, stream)
     if rc != 0:
         raise RuntimeError(f"pair-code CUDA kernel launch failed (code {rc})")
     return out

@@ -82,6 +82,7 @@ constexpr int GSW_PAD = 12, GSW_TIGHT = 8;
 #define TQ_PAIR_COLS_D 4  // pair_cols: inputs' words in flight a walker (SUB = 2: D / 2 a warp)
 #endif
 constexpr int COLS_D = TQ_PAIR_COLS_D;
+constexpr int GSW_HALF = 16;  // pair_cols in fp16: words a group of 32 inputs takes (halves)
 #ifndef TQ_PDL_IN
 #define TQ_PDL_IN 0  // 1: pair_rows and pair_cols launched with programmatic dependent launch
                      // (runtime/gpu_info.pdl_defines: where inductor's kernels trigger early);
@@ -89,12 +90,20 @@ constexpr int COLS_D = TQ_PAIR_COLS_D;
 #endif
 
 #ifdef __CUDACC__
+TQ_DEV uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {  // a·b + c, two fp16 lanes
+    uint32_t d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+TQ_DEV uint32_t f16_bits(float v) { return __half_as_ushort(__float2half_rn(v)); }
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) { return __dp2a_lo((int)e, (int)x, c); }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return __dp2a_hi((int)e, (int)x, c); }
 TQ_DEV float half_of(const uint16_t* s, int i) {
     return __half2float(__ushort_as_half(__ldg(s + i)));
 }
 #else
+TQ_DEV uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) { return fma2<1>(a, b, c); }
+TQ_DEV uint32_t f16_bits(float v) { return simt::f16_round(v); }
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) {
     return c + (int16_t)(e & 0xFFFF) * (int8_t)(x & 0xFF) +
            (int16_t)(e >> 16) * (int8_t)((x >> 8) & 0xFF);
@@ -145,7 +154,12 @@ TQ_DEV int group_of(int p, int ppb) {
 
 // the table into shared memory at TAB, each entry 32 times (one a lane): four copies a
 // 16-byte store, every load of a thread issued at once
-template <int NTH>
+// (HALF: each int16 pair as two fp16 of the entry · 2^-13, the low half first)
+TQ_DEV uint32_t half_pair(uint32_t e) {
+    return f16_bits((float)(int16_t)(e & 0xFFFF) * (1.f / 8192)) |
+           f16_bits((float)(int16_t)(e >> 16) * (1.f / 8192)) << 16;
+}
+template <int NTH, bool HALF = false>
 TQ_DEV void load_table(const uint32_t* table, char* base) {
     constexpr int N4 = TAB_WORDS / 4;
     static_assert(N4 % NTH == 0, "whole trips");
@@ -153,6 +167,10 @@ TQ_DEV void load_table(const uint32_t* table, char* base) {
     uint32_t v[N4 / NTH];
 #pragma unroll
     for (int j = 0; j < N4 / NTH; ++j) v[j] = __ldg(table + ((j * NTH + (int)threadIdx.x) >> 3));
+    if constexpr (HALF) {
+#pragma unroll
+        for (int j = 0; j < N4 / NTH; ++j) v[j] = half_pair(v[j]);
+    }
 #pragma unroll
     for (int j = 0; j < N4 / NTH; ++j) tab[j * NTH + threadIdx.x] = make_uint4(v[j], v[j], v[j], v[j]);
 }
@@ -161,7 +179,10 @@ TQ_DEV void load_table(const uint32_t* table, char* base) {
 // slot j = s % ns holds group ga + j (j < na) or j − na (the cols kernel's second tile,
 // from input 0); its int8 q at xq + s·gsw (8 words, input 4i + b in byte b of word i), its
 // scale at gs[s]. rs: the inputs times their stored rows' fp16 scales first (cols).
-// 8 inputs a thread, whole warps a trip (quant8's shuffles).
+// 8 inputs a thread, whole warps a trip (quant8's shuffles). HALF (pair_cols in fp16): a
+// slot holds 32 fp16 of the inputs / the group's largest |input| (16 words), its scale that
+// largest |input| · 2^13 (the table's fp16 entries are the int16 ones · 2^-13).
+template <bool HALF = false>
 TQ_DEV void quantize_slots(const void* x, int dt, int M, int n, int ga, int na, int ns,
                            const uint16_t* rs, uint32_t* xq, int gsw, float* gs, int nth) {
     const int chunks = 4 * M * ns;
@@ -176,13 +197,27 @@ TQ_DEV void quantize_slots(const void* x, int dt, int M, int n, int ga, int na, 
 #pragma unroll
             for (int b = 0; b < 8; ++b) v[b] = __fmul_rn(v[b], half_of(rs, i0 + b));
         }
-        int q[8];
-        float scale;
-        int unused;
-        quant8(v, q, scale, unused);
-        if (!in) continue;
-        *reinterpret_cast<uint2*>(xq + s * gsw + 2 * (c & 3)) = pack8(q);
-        if ((c & 3) == 0) gs[s] = scale;
+        if constexpr (HALF) {
+            bool bad;
+            const float a = group_absmax(v, bad);
+            const bool ok = a > 0.f && !bad && !isinf(a);
+            const float inv = ok ? __fdiv_rn(1.f, a) : 0.f;
+            uint32_t h[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                h[j] = f16_bits(__fmul_rn(v[2 * j], inv)) | f16_bits(__fmul_rn(v[2 * j + 1], inv)) << 16;
+            if (!in) continue;
+            *reinterpret_cast<uint4*>(xq + s * gsw + 4 * (c & 3)) = make_uint4(h[0], h[1], h[2], h[3]);
+            if ((c & 3) == 0) gs[s] = bad ? __int_as_float(0x7FC00000) : __fmul_rn(a, 8192.f);
+        } else {
+            int q[8];
+            float scale;
+            int unused;
+            quant8(v, q, scale, unused);
+            if (!in) continue;
+            *reinterpret_cast<uint2*>(xq + s * gsw + 2 * (c & 3)) = pack8(q);
+            if ((c & 3) == 0) gs[s] = scale;
+        }
     }
 }
 
@@ -455,13 +490,29 @@ TQ_DEV void cols_steps(const uint32_t (&w)[K + 1], uint32_t xl, uint32_t xh, uin
     }
 }
 
+// cols in fp16: steps [V0, V0 + VS) of one input's period times its fp16 value in both
+// halves of xx: step v adds its pair (two fp16, table entries · 2^-13) to the sums of
+// outputs 30 − 2v (low half) and 31 − 2v (high) in one packed fma, acc[VS − 1 − v]. One
+// fma a step instead of two IDP2A (half rate on the FMA-heavy pipe): 5 instructions a step,
+// not 6. The sums of a group of 32 inputs stay below 2^7 (|entry| < 4, |x| ≤ its group's
+// largest): fp16's 11 bits there lose less than the int8 inputs of the other kernels do.
+template <int V0, int VS>
+TQ_DEV void cols_steps_half(const uint32_t (&w)[K + 1], uint32_t xx, uint32_t lane4,
+                            uint32_t (&acc)[VS]) {
+#pragma unroll
+    for (int vv = 0; vv < VS; ++vv) {
+        const uint32_t e = lds_abs(((window(w, V0 + vv) * HMUL) & AMASK) | lane4);
+        acc[VS - 1 - vv] = hfma2(e, xx, acc[VS - 1 - vv]);
+    }
+}
+
 // cols: x [n_in] -> part [G][2][1024], the block's sums of its first tile and the next,
 // its walkers' added in walker order, and tiles_of [G], the first and last tile of its
 // units (first > last: none); gsw as pair_rows'. A walker is SUB adjacent warps walking
 // the same inputs, warp s of it decoding steps [16s/SUB, 16(s+1)/SUB) of each period
 // (32/SUB outputs a lane: SUB = 2 halves the registers, so NTHC = 1024 threads fit);
 // NTHC / 32 / SUB = 16 walkers a block either way.
-template <int SUB, int NTHC>
+template <int SUB, int NTHC, bool HALF>
 TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                                          const uint16_t* __restrict__ scales,
                                          const uint32_t* __restrict__ table, const void* x, int dt,
@@ -506,22 +557,28 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
         pf += nw;
         pn += nw;
     }
-    load_table<NTHC>(table, smem);
+    load_table<NTHC, HALF>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL)
     pdl_trigger();  // pair_cols_sum (and, under PDL, later kernels) may launch
-    quantize_slots(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs, NTHC);
+    quantize_slots<HALF>(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs,
+                              NTHC);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
     // input i's int8 q: byte i % 32 of its group's slot — slot i / 32 − ga (first tile),
     // sa + i / 32 (the next); the slot's scale
     const int s0 = (first ? -sl.ga : sl.sa) + (i0 >> 5);
-    const unsigned char* xb = reinterpret_cast<const unsigned char*>(xq + s0 * gsw) + (i0 & 31);
+    // (HALF: fp16 value i % 32 of the slot)
+    const unsigned char* xb = reinterpret_cast<const unsigned char*>(xq + s0 * gsw) +
+                              (HALF ? 2 : 1) * (i0 & 31);
     const float* gsp = gs + s0;
     float facc[NO];
     int acc[NO];  // acc[j]: output o0 + j
+    uint32_t hacc[NO / 2];  // HALF: outputs o0 + 2j (low half) and o0 + 2j + 1 (high)
 #pragma unroll
     for (int o = 0; o < NO; ++o) { facc[o] = 0.f; acc[o] = 0; }
+#pragma unroll
+    for (int o = 0; o < NO / 2; ++o) hacc[o] = 0;
     // the walk, its steps constants: one loop for each part of the period (SUB = 2)
     auto walk = [&](auto part_c) {
         constexpr int V0 = decltype(part_c)::value * VS;
@@ -530,8 +587,14 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
             for (int d = 0; d < D; ++d) {
                 const int ii = i + d;
                 if (ii >= i1) break;
-                const uint32_t xl = *xb++, xh = xl << 8;
-                cols_steps<V0, VS>(ring[d], xl, xh, lane4, acc);
+                if constexpr (HALF) {
+                    const uint32_t xx = *reinterpret_cast<const uint16_t*>(xb) * 0x10001u;
+                    xb += 2;
+                    cols_steps_half<V0, VS>(ring[d], xx, lane4, hacc);
+                } else {
+                    const uint32_t xl = *xb++, xh = xl << 8;
+                    cols_steps<V0, VS>(ring[d], xl, xh, lane4, acc);
+                }
                 if (ii + D < i1) {  // the slot, once decoded, takes input ii + D
                     period_words<K>(pf, ring[d]);
                     ring[d][K] = __ldg(pn);
@@ -540,11 +603,20 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                 pn += nw;
                 if (((ii + 1) & 31) == 0 || ii + 1 == i1) {  // the end of a group of inputs
                     const float sc = *gsp++;
-                    xb += 4 * gsw - 32;
+                    xb += 4 * gsw - (HALF ? 64 : 32);
+                    if constexpr (HALF) {
 #pragma unroll
-                    for (int o = 0; o < NO; ++o) {
-                        facc[o] = fmaf(sc, (float)acc[o], facc[o]);
-                        acc[o] = 0;
+                        for (int o = 0; o < NO / 2; ++o) {
+                            facc[2 * o] = fmaf(sc, f16_bits_float(hacc[o] & 0xFFFF), facc[2 * o]);
+                            facc[2 * o + 1] = fmaf(sc, f16_bits_float(hacc[o] >> 16), facc[2 * o + 1]);
+                            hacc[o] = 0;
+                        }
+                    } else {
+#pragma unroll
+                        for (int o = 0; o < NO; ++o) {
+                            facc[o] = fmaf(sc, (float)acc[o], facc[o]);
+                            acc[o] = 0;
+                        }
                     }
                 }
             }
@@ -633,14 +705,14 @@ inline size_t cols_smem(int n_in, int n_out, int nblocks, int gsw) {
 namespace {
 // the padded group layout where it fits the device, else the tight one (0: neither)
 template <typename F>
-int pick_gsw(F need) {
+int pick_gsw(F need, int pad = GSW_PAD, int tight = GSW_TIGHT) {
     static int limit = 0;
     if (!limit) {
         int dev = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     }
-    return need(GSW_PAD) <= (size_t)limit ? GSW_PAD : need(GSW_TIGHT) <= (size_t)limit ? GSW_TIGHT : 0;
+    return need(pad) <= (size_t)limit ? pad : need(tight) <= (size_t)limit ? tight : 0;
 }
 
 template <int M, int RB, int WPR, int NTH>
@@ -663,8 +735,8 @@ extern "C" {
 // the dynamic shared memory a launch needs at least (the tight layout; the caller checks
 // it fits the device)
 size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
-size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks) {
-    return cols_smem(n_in, n_out, nblocks, GSW_TIGHT);
+size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half) {
+    return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT);
 }
 
 // rows (axis 1): x [M, n] -> out [M, rows] of dtype odt (0 f32, 1 bf16, 2 f16); (M, rb, wpr,
@@ -688,19 +760,22 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
 }
 
 // cols (axis 0), one input row: x [n_in] -> out [n_out] of dtype odt (words [n_in, nw] with
-// nw = n_out·k/32); sub: warps a walker (1: 512 threads a block, 2: 1024); part
-// (nblocks·2048 floats + nblocks·2 ints) is the caller's scratch
+// nw = n_out·k/32); sub: warps a walker (1: 512 threads a block, 2: 1024); half: the walk in
+// packed fp16 (cols_steps_half), else int8 inputs and IDP2A; part (nblocks·2048 floats +
+// nblocks·2 ints) is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
-                 void* part, void* out, int odt, int n_in, int n_out, int T, int sub, float factor,
-                 int nblocks, int pdl, void* stream) {
+                 void* part, void* out, int odt, int n_in, int n_out, int T, int sub, int half,
+                 float factor, int nblocks, int pdl, void* stream) {
     if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
-    const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g); });
+    const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g); },
+                             half ? GSW_HALF : GSW_PAD, half ? GSW_HALF : GSW_TIGHT);
     if (!gsw) return -2;
     const size_t smem = cols_smem(n_in, n_out, nblocks, gsw);
     if (sub != 1 && sub != 2) return -1;
-    auto kern = sub == 1 ? pair_cols<1, NT> : pair_cols<2, 2 * NT>;
+    auto kern = sub == 1 ? (half ? pair_cols<1, NT, true> : pair_cols<1, NT, false>)
+                         : (half ? pair_cols<2, 2 * NT, true> : pair_cols<2, 2 * NT, false>);
     const cudaError_t e = raise_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     float* sums = (float*)part;

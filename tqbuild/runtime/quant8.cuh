@@ -39,12 +39,11 @@ __device__ __forceinline__ void load8(const void* x, int dtype, size_t i, float 
     }
 }
 
-// Quantize 8 consecutive values of a group of 32 spread over 4 adjacent lanes
-// (all lanes of the warp call it): splats q, and the group's scale and −510·Σq.
-__device__ __forceinline__ void quant8(const float (&v)[8], int (&q)[8], float& gscale,
-                                       int& gbias) {
+// The largest |v| of a group of 32 spread over 4 adjacent lanes (8 values a lane; all
+// lanes of the warp call it), and whether any value is NaN.
+__device__ __forceinline__ float group_absmax(const float (&v)[8], bool& bad) {
     float a = 0.f;
-    bool bad = false;
+    bad = false;
 #pragma unroll
     for (int j = 0; j < 8; ++j) { a = fmaxf(a, fabsf(v[j])); bad |= isnan(v[j]); }
 #pragma unroll
@@ -52,6 +51,15 @@ __device__ __forceinline__ void quant8(const float (&v)[8], int (&q)[8], float& 
         a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
         bad |= __shfl_xor_sync(0xFFFFFFFFu, (int)bad, o);
     }
+    return a;
+}
+
+// Quantize 8 consecutive values of a group of 32 spread over 4 adjacent lanes
+// (all lanes of the warp call it): splats q, and the group's scale and −510·Σq.
+__device__ __forceinline__ void quant8(const float (&v)[8], int (&q)[8], float& gscale,
+                                       int& gbias) {
+    bool bad;
+    const float a = group_absmax(v, bad);
     const bool ok = a > 0.f && !bad && !isinf(a);
     const float inv = ok ? __fdiv_rn(127.f, a) : 0.f;
     int sq = 0;
