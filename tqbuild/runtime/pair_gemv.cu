@@ -28,7 +28,8 @@
 // range of (tile, input) units walked with D inputs' words in flight; the block quantizes
 // the inputs its units meet (x · the stored rows' scales) into shared memory first; the
 // walkers' sums are added in the block in walker order, the partials of the blocks that
-// meet a tile by `pair_cols_sum` in block order (deterministic). Outputs in the caller's
+// meet a tile by `pair_cols_sum` in block order (deterministic). Its `HALF` instances walk in
+// packed fp16 instead (cols_steps_half: one HFMA2 a step for two IDP2A). Outputs in the caller's
 // dtype (f32, bf16, f16), rounded once. Both kernels read x only after
 // griddepcontrol.wait (TQ_PDL_IN: launched with programmatic dependent launch, their
 // words and table on their way while the kernel before them ends).
