@@ -11,7 +11,7 @@ TAG=${TAG:--s28}
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
 timeout 150 python3 -m pytest -q tests/test_pair_cuda.py \
-  -k "misaligned or fp16 or signatures or (kernel and (2-16 or 4-16))" 2>&1 \
+  -k "misaligned or fp16 or signatures or (kernel and (2-16 or 4-16) and not 17408)" 2>&1 \
   | tee "$OUT/tests-pair$TAG.log" | tail -3
 echo "=== cols $SECONDS s"
 timeout 120 python3 bench/pair_gemv.py --ks 3,4 --ms 1 --shapes down --tag="$TAG-cols" 2>&1 \
