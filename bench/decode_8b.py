@@ -36,6 +36,8 @@ transformers. Variants swap the decoder linears in place:
   p3g-fused-cu-lm8-qkv — gate and up in the pair code, down in mul1 (L = 12): each
               tensor on the faster kernel of session 18's measurements (rows: pair,
               cols: mul1) — codes may differ tensor by tensor in one artifact.
+  p3h-fused-cu-lm8-qkv — p3's MLP with down_proj's cols walk in packed fp16
+              (runtime/pair_cuda.py's COLS_CFG (1, 1), pair_gemv.cu's cols_steps_half).
   …-lm4-… — the same with lm_head 4-bit affine (group 64), as recipes/qwen38-q3.yaml
               (the seed's Q3: "4-bit attention and embeddings") quantizes it; the
               affine-4 baseline gets the same lm_head.
@@ -69,6 +71,7 @@ from tqbuild.runtime import (  # noqa: E402
     affine_cuda,
     decode_attention,
     gqa_attention,
+    pair_cuda,
     trellis_cuda,
 )
 from tqbuild.runtime.affine_torch import AffineLinear  # noqa: E402
@@ -282,11 +285,15 @@ def main() -> None:
     res["fused_qkv"] = fuse_qkv(model)  # attentions fused (32 where the rewrite applies)
     run_lm("q3-fused-cu-lm8-qkv")
     inter, hid = cfg.intermediate_size, cfg.hidden_size
-    # the MLP with gate/up in the pair code and down in the pair code (p3) or mul1 (p3g)
+    # the MLP with gate/up in the pair code and down in the pair code (p3; p3h: its cols walk
+    # in packed fp16) or mul1 (p3g)
+    cols_cfg = pair_cuda.COLS_CFG
     for name, down in (("p3-fused-cu-lm8-qkv", dict(code="pair", L=16)),
+                       ("p3h-fused-cu-lm8-qkv", dict(code="pair", L=16)),
                        ("p3g-fused-cu-lm8-qkv", {})):
         if not wanted(name):
             continue
+        pair_cuda.COLS_CFG = (1, 1) if name.startswith("p3h") else cols_cfg
         for layer in model.model.layers:
             gate_up = stack_rows([trellis(inter, hid, 1, g, code="pair", L=16)
                                   for _ in range(2)])
@@ -299,6 +306,7 @@ def main() -> None:
                 trellis_cuda._cols_default.cache_clear()
             run_lm(name)
         suffix = ""
+        pair_cuda.COLS_CFG = cols_cfg
         trellis_cuda.COLS_BPS = bps0
         trellis_cuda._cols_default.cache_clear()
     model.lm_head = lm_head
