@@ -561,8 +561,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
     load_table<NTHC, HALF>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL)
     pdl_trigger();  // pair_cols_sum (and, under PDL, later kernels) may launch
-    quantize_slots<HALF>(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs,
-                              NTHC);
+    quantize_slots<HALF>(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs, NTHC);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
