@@ -171,7 +171,7 @@ def test_misaligned_words_give_the_aligned_result(axis, k):
     if axis == 1:
         rc = lib.tq_pair_rows(shifted.data_ptr(), scales.data_ptr(), pair_cuda._table(x.device)
                               .data_ptr(), x.data_ptr(), 0, out.data_ptr(), 0, 1, rows, cols, T,
-                              *pair_cuda.ROWS_CFG[1], 0, pair_cuda.FACTOR, 4, 0, stream)
+                              *pair_cuda.ROWS_CFG[1], pair_cuda.FACTOR, 4, 0, stream)
     else:
         part = torch.empty(4 * 2050, device="cuda")
         rc = lib.tq_pair_cols(shifted.data_ptr(), scales.data_ptr(), pair_cuda._table(x.device)

@@ -3,7 +3,7 @@
 // output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb,
 // wpr, blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
 // threads a block), gsw (words a quantized group), odt (the output's
-// dtype: 0 f32, 1 bf16, 2 f16), half (the kernels in packed fp16), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
+// dtype: 0 f32, 1 bf16, 2 f16), half (axis 0: the walk in packed fp16), then words [rows, n·k/32] u32, scales [rows] f16 bits (u16), the table
 // [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype odt (× the table's unit).
 #include <cstdio>
 #include <stdexcept>
@@ -17,10 +17,9 @@ alignas(16) float smem[227 * 1024 / 4];  // the kernels' dynamic shared memory
 
 template <int M, int RB, int WPR, int NTH>
 static void rows(const uint32_t* w, const uint16_t* s, const uint32_t* t, const float* x,
-                 Out out, int nrows, int n, int T, int gsw, int blocks, int half) {
-  auto kern = half ? pair_rows<M, RB, WPR, NTH, true> : pair_rows<M, RB, WPR, NTH, false>;
+                 Out out, int nrows, int n, int T, int gsw, int blocks) {
   simt::launch(blocks, 1, NTH, [&] {
-    kern(w, s, t, x, 0, out, nrows, n, T / 32, gsw, 1.0f, blocks);
+    pair_rows<M, RB, WPR, NTH>(w, s, t, x, 0, out, nrows, n, T / 32, gsw, 1.0f, blocks);
   });
 }
 
@@ -54,7 +53,7 @@ int main(int argc, char** argv) {
     const auto* Tb = tab.data();
 #define TQ_PAIR_ROWS(m, r, p, t)                                                   \
     if (M == m && rb == r && wpr == p && nth == t)                                 \
-      return rows<m, r, p, t>(W, S, Tb, x.data(), O, nrows, n, T, gsw, blocks, half), \
+      return rows<m, r, p, t>(W, S, Tb, x.data(), O, nrows, n, T, gsw, blocks), \
              write(argv[2], out, odt);
     TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS

@@ -48,9 +48,9 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 # the library's C entry points: (result, arguments) — tests/test_pair_cuda.py checks them
 # against the declarations in pair_gemv.cu
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
-    "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 9 + [_F, _I, _I, _P]),
+    "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
-    "tq_pair_rows_smem": (_Z, [_I] * 5),
+    "tq_pair_rows_smem": (_Z, [_I] * 4),
     "tq_pair_cols_smem": (_Z, [_I] * 4)}
 
 
@@ -111,7 +111,7 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
         return False
     if axis == 1:
         rb, _, nth = ROWS_CFG[M]
-        need = lib.tq_pair_rows_smem(M, in_features, rb, nth, 0)
+        need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
     else:
         need = lib.tq_pair_cols_smem(in_features, out_features, _sm_count(_index(x)),
                                      COLS_CFG[1])
@@ -125,8 +125,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
            out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] of out_dtype (f32/bf16/f16,
     written by the kernels: rounded once); words in the plain stored layout (int32), scales
-    fp16 [stored rows]; cfg: (rb, wpr, threads[, half]) for rows, (sub, half) for cols (half:
-    the kernels' packed-fp16 form)."""
+    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub, half) for cols."""
     lib = library(k, L)
     assert lib is not None
     x = x.contiguous()
@@ -139,10 +138,10 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     pdl = int(trellis_cuda.pdl(_index(x)))  # programmatic dependent launch where built for it
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1:
-        rb, wpr, nth, *half = cfg or ROWS_CFG[M]
+        rb, wpr, nth = cfg or ROWS_CFG[M]  # type: ignore[misc]
         rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                               x.data_ptr(), dt, out.data_ptr(), odt, M, out_features, in_features,
-                              T, rb, wpr, nth, half[0] if half else 0, FACTOR, blocks, pdl, stream)
+                              T, rb, wpr, nth, FACTOR, blocks, pdl, stream)
     else:
         part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tiles_of
         sub, half = cfg or COLS_CFG

@@ -83,9 +83,7 @@ constexpr int GSW_PAD = 12, GSW_TIGHT = 8;
 #define TQ_PAIR_COLS_D 4  // pair_cols: inputs' words in flight a walker (SUB = 2: D / 2 a warp)
 #endif
 constexpr int COLS_D = TQ_PAIR_COLS_D;
-// words a group of 32 inputs takes in fp16 (the `HALF` kernels): 16, padded to 20 for rows
-// (a warp's LDS.128 of 32 different groups then meets every bank once a quarter-warp)
-constexpr int GSW_HALF = 16, GSW_HALF_PAD = 20;
+constexpr int GSW_HALF = 16;  // pair_cols in fp16: words a group of 32 inputs takes (halves)
 #ifndef TQ_PDL_IN
 #define TQ_PDL_IN 0  // 1: pair_rows and pair_cols launched with programmatic dependent launch
                      // (runtime/gpu_info.pdl_defines: where inductor's kernels trigger early);
@@ -260,47 +258,12 @@ TQ_DEV float warp_sums(const float (&v)[V], int lane, int& idx) {
 }
 
 // one period of RB rows (words w) against the group it meets: facc += its scale · Σ
-// (nothing where !on: the sums of a lane without a period, made without a branch).
-// HALF: the group in fp16 (word j: inputs 2j, 2j + 1), each step's pair times the word of its
-// two inputs in one HFMA2 into a packed pair of sums (added once a period) — an IDP2A a step
-// and token, half rate on the FMA-heavy pipe, becomes an HFMA2 (full rate, FMA or MMA pipe);
-// the group's 16 words are read 8 at a time (steps 0–7: words 15–8, then 7–0)
-template <int M, int RB, bool HALF = false>
+// (nothing where !on: the sums of a lane without a period, made without a branch)
+template <int M, int RB>
 TQ_DEV void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb, int ng, int gsw,
                         const uint32_t* xq, const float* gs, uint32_t lane4,
                         float (&facc)[RB][M], bool on = true) {
     const int g = group_of(p, ppb);
-    if constexpr (HALF) {
-        uint32_t hacc[RB][M];
-#pragma unroll
-        for (int r = 0; r < RB; ++r)
-#pragma unroll
-            for (int m = 0; m < M; ++m) hacc[r][m] = 0;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            uint32_t xw[M][8];
-#pragma unroll
-            for (int m = 0; m < M; ++m) group_words(xq + (m * ng + g) * gsw + 8 * (1 - h), xw[m]);
-#pragma unroll
-            for (int v = 8 * h; v < 8 * h + 8; ++v) {
-#pragma unroll
-                for (int r = 0; r < RB; ++r) {
-                    const uint32_t e = lds_abs(((window(w[r], v) * HMUL) & AMASK) | lane4);
-#pragma unroll
-                    for (int m = 0; m < M; ++m) hacc[r][m] = hfma2(e, xw[m][7 - (v & 7)], hacc[r][m]);
-                }
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-            const float gm = on ? gs[m * ng + g] : 0.f;
-#pragma unroll
-            for (int r = 0; r < RB; ++r)
-                facc[r][m] = fmaf(gm, f16_bits_float(hacc[r][m] & 0xFFFF) +
-                                          f16_bits_float(hacc[r][m] >> 16), facc[r][m]);
-        }
-        return;
-    }
     uint32_t xw[M][8];
 #pragma unroll
     for (int m = 0; m < M; ++m) group_words(xq + (m * ng + g) * gsw, xw[m]);
@@ -341,8 +304,8 @@ TQ_DEV void reload(uint32_t (&slot)[RB][K + 1], const uint32_t* const (&wrow)[RB
 }  // namespace
 
 // x [M, n] (dtype 0 f32, 1 bf16, 2 f16) -> out [M, rows] (· row scale · factor, in out's dtype);
-// gsw: GSW_PAD or GSW_TIGHT (what fits; HALF: GSW_HALF_PAD or GSW_HALF)
-template <int M, int RB, int WPR, int NTH, bool HALF>
+// gsw: GSW_PAD or GSW_TIGHT (what fits)
+template <int M, int RB, int WPR, int NTH>
 TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                                         const uint16_t* __restrict__ scales,
                                         const uint32_t* __restrict__ table, const void* x, int dt,
@@ -392,10 +355,10 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
     } else {
         start((b_first + rg) * RB);
     }
-    load_table<NTH, HALF>(table, smem);
+    load_table<NTH>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL; the words on their way)
     pdl_trigger();  // after the wait: a kernel launched early may rely on all before this one
-    quantize_slots<HALF>(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
+    quantize_slots(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     if (tb != TAB) {  // the layout's premise (dynamic shared memory at 0x400) does not hold
@@ -416,9 +379,9 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
         auto item = [&](uint32_t (&slot)[RB][K + 1]) {
             const int p = lane + 32 * dit, pc = min(p, ng - 1);  // every lane decodes
             if (du < nc)
-                rows_period<M, RB, HALF>(slot, pc, ppb, ng, gsw, xq, gs, lane4, facc, p < ng);
+                rows_period<M, RB>(slot, pc, ppb, ng, gsw, xq, gs, lane4, facc, p < ng);
             else
-                rows_period<M, 1, HALF>(reinterpret_cast<uint32_t (&)[1][K + 1]>(slot), pc, ppb, ng, gsw,
+                rows_period<M, 1>(reinterpret_cast<uint32_t (&)[1][K + 1]>(slot), pc, ppb, ng, gsw,
                                   xq, gs, lane4, reinterpret_cast<float (&)[1][M]>(facc), p < ng);
             load_item(lu, lit, slot);
             next(lu, lit);
@@ -451,10 +414,10 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
 #pragma unroll
                 for (int m = 0; m < M; ++m) facc[r][m] = 0.f;
             for (int p = p0; p < ng; p += 2 * S) {  // a slot is reloaded once decoded
-                rows_period<M, RB, HALF>(wa, p, ppb, ng, gsw, xq, gs, lane4, facc);
+                rows_period<M, RB>(wa, p, ppb, ng, gsw, xq, gs, lane4, facc);
                 reload<RB>(wa, wrow, p + 2 * S, ng, ppb);
                 if (p + S >= ng) break;
-                rows_period<M, RB, HALF>(wb, p + S, ppb, ng, gsw, xq, gs, lane4, facc);
+                rows_period<M, RB>(wb, p + S, ppb, ng, gsw, xq, gs, lane4, facc);
                 reload<RB>(wb, wrow, p + 3 * S, ng, ppb);
             }
 #pragma unroll
@@ -752,15 +715,14 @@ int pick_gsw(F need, int pad = GSW_PAD, int tight = GSW_TIGHT) {
     return need(pad) <= (size_t)limit ? pad : need(tight) <= (size_t)limit ? tight : 0;
 }
 
-template <int M, int RB, int WPR, int NTH, bool HALF>
+template <int M, int RB, int WPR, int NTH>
 int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const void* x, int dt,
                 Out out, int rows, int n, int ppb, float factor, int nblocks, bool pdl,
                 cudaStream_t st) {
-    const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g); },
-                             HALF ? GSW_HALF_PAD : GSW_PAD, HALF ? GSW_HALF : GSW_TIGHT);
+    const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g); });
     if (!gsw) return -2;
     const size_t smem = rows_smem(M, n, RB, NTH, gsw);
-    auto kern = pair_rows<M, RB, WPR, NTH, HALF>;
+    auto kern = pair_rows<M, RB, WPR, NTH>;
     const cudaError_t e = raise_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     return launch(kern, nblocks, NTH, smem, st, TQ_PDL_IN && pdl, w, s, t, x, dt, out, rows, n, ppb,
@@ -772,18 +734,16 @@ extern "C" {
 
 // the dynamic shared memory a launch needs at least (the tight layout; the caller checks
 // it fits the device)
-size_t tq_pair_rows_smem(int M, int n, int rb, int nth, int half) {
-    return rows_smem(M, n, rb, nth, half ? GSW_HALF : GSW_TIGHT);
-}
+size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
 size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half) {
     return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT);
 }
 
 // rows (axis 1): x [M, n] -> out [M, rows] of dtype odt (0 f32, 1 bf16, 2 f16); (M, rb, wpr,
-// nth) one of the instances; half: in packed fp16 (rows_period's HALF), else int8 inputs
+// nth) one of the instances
 int tq_pair_rows(const void* words, const void* scales, const void* table, const void* x, int dt,
-                 void* out, int odt, int M, int rows, int n, int T, int rb, int wpr, int nth, int half,
-                 float factor, int nblocks, int pdl, void* stream) {
+                 void* out, int odt, int M, int rows, int n, int T, int rb, int wpr, int nth, float factor,
+                 int nblocks, int pdl, void* stream) {
     if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
     auto W = (const uint32_t*)words;
     auto S = (const uint16_t*)scales;
@@ -793,10 +753,7 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
     const int ppb = T / 32;
 #define TQ_PAIR_ROWS(m, r, p, t)                                                          \
     if (M == m && rb == r && wpr == p && nth == t)                                        \
-        return half ? rows_launch<m, r, p, t, true>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, \
-                                                    pdl != 0, st)                                  \
-                    : rows_launch<m, r, p, t, false>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, \
-                                                     pdl != 0, st);
+        return rows_launch<m, r, p, t>(W, S, Tb, x, dt, O, rows, n, ppb, factor, nblocks, pdl != 0, st);
     TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS
     return -1;
