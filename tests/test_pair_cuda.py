@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_pair_gemv_host import quantize
+from test_pair_gemv_host import cols_case, quantize
 
 from tqbuild.formats import trellis as fmt
 from tqbuild.kernels.trellis_codes import values_of
@@ -102,13 +102,10 @@ def test_rows_kernel_equals_the_reference(k, L, M, cfg):
 def test_cols_kernel_equals_the_reference(k, L, n_in, n_out, T, M, sub):
     from tqbuild.runtime import pair_cuda
 
-    g = np.random.default_rng(k + n_in + M)
-    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(n_in) + 0.5).astype(np.float16)
-    x = torch.from_numpy(g.standard_normal((M, n_in)).astype(np.float32))
-    xs = (x.numpy() * scales.astype(np.float32)[None, :]).astype(np.float32)
+    words, scales, xn, w16 = cols_case(k, L, n_in, n_out, T, M, seed=k + n_in + M)
+    x = torch.from_numpy(xn)
+    xs = (xn * scales.astype(np.float32)[None, :]).astype(np.float32)
     q, gs = quantize(xs)
-    w16 = _w16(words, k, T, L)
     ref = np.einsum("mgj,gjo->mgo", q, w16.reshape(-1, 32, n_out))
     ref = (ref * gs[:, :, None]).sum(1) / 8192
     got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
@@ -130,12 +127,10 @@ def test_cols_kernel_in_fp16_is_within_the_int8_kernels_error(k, L, n_in, n_out,
     walk (as tests/test_pair_gemv_host.py checks it in the emulator)."""
     from tqbuild.runtime import pair_cuda
 
-    g = np.random.default_rng(k + n_in + 11)
-    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(n_in) + 0.5).astype(np.float16)
-    x = torch.from_numpy(g.standard_normal((1, n_in)).astype(np.float32))
-    x[0, 5] = 40.0
-    exact = (x.double().numpy() * scales.astype(np.float64)[None, :]) @ _w16(words, k, T, L) / 8192
+    words, scales, xn, w16 = cols_case(k, L, n_in, n_out, T, 1, seed=k + n_in + 11)
+    xn[0, 5] = 40.0
+    x = torch.from_numpy(xn)
+    exact = (xn.astype(np.float64) * scales.astype(np.float64)[None, :]) @ w16 / 8192
     dims = dict(k=k, T=T, L=L, axis=0, out_features=n_out, in_features=n_in)
     w, sc = torch.from_numpy(words.view(np.int32)).cuda(), torch.from_numpy(scales).cuda()
     top = np.abs(exact).max()

@@ -58,6 +58,17 @@ def run(exe: Path, tmp: Path, k: int, axis: int, words, scales, x, T: int, rb=1,
     return raw.reshape(M, -1).astype(np.float64)
 
 
+def cols_case(k, L, n_in, n_out, T, M, seed):
+    """Fresh stored rows (one an input) of n_out outputs: words, fp16 row scales, x [M, n_in]
+    float32, and the decoded weights [n_in, n_out] in int16 units."""
+    g = np.random.default_rng(seed)
+    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
+    scales = (g.random(n_in) + 0.5).astype(np.float16)
+    x = g.standard_normal((M, n_in)).astype(np.float32)
+    w16 = values_of(fmt.states_of(words, k, T, L), "pair", L).astype(np.float64) * 8192
+    return words, scales, x, w16
+
+
 def _case(k, L, rows, n, T, M, seed):
     g = np.random.default_rng(seed)
     words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
@@ -149,11 +160,7 @@ def test_cols_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path,
     (tile, input) units (empty blocks between the ones the sum reads)."""
     k, L = kl
     exe = _exe(harnesses, tmp_path_factory, k, L)
-    g = np.random.default_rng(n_in + k)
-    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(n_in) + 0.5).astype(np.float16)
-    x = g.standard_normal((2, n_in)).astype(np.float32)
-    w16 = values_of(fmt.states_of(words, k, T, L), "pair", L).astype(np.float64) * 8192
+    words, scales, x, w16 = cols_case(k, L, n_in, n_out, T, 2, seed=n_in + k)
     xs = (x * scales.astype(np.float32)[None, :]).astype(np.float32)
     q, gs = quantize(xs)  # [2, n_in/32, 32]
     ref = np.einsum("mgj,gjo->mgo", q, w16.reshape(-1, 32, n_out))
@@ -174,12 +181,8 @@ def test_cols_kernel_in_fp16_is_within_the_int8_kernels_error(harnesses, tmp_pat
     the inputs: within 2^-9 of the largest output, and closer than the int8 kernel's
     result on the same case."""
     k, L = kl
-    g = np.random.default_rng(n_in + k + 7)
-    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(n_in) + 0.5).astype(np.float16)
-    x = g.standard_normal((2, n_in)).astype(np.float32)
+    words, scales, x, w16 = cols_case(k, L, n_in, n_out, T, 2, seed=n_in + k + 7)
     x[1, 5] = 40.0  # one input far out of its group (the int8 kernel's hard case)
-    w16 = values_of(fmt.states_of(words, k, T, L), "pair", L).astype(np.float64) * 8192
     xs = (x * scales.astype(np.float32)[None, :]).astype(np.float64)
     exact = xs @ w16
     exe = _exe(harnesses, tmp_path_factory, k, L)

@@ -568,9 +568,10 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
     // input i's int8 q: byte i % 32 of its group's slot — slot i / 32 − ga (first tile),
     // sa + i / 32 (the next); the slot's scale
     const int s0 = (first ? -sl.ga : sl.sa) + (i0 >> 5);
-    // (HALF: fp16 value i % 32 of the slot)
-    const unsigned char* xb = reinterpret_cast<const unsigned char*>(xq + s0 * gsw) +
-                              (HALF ? 2 : 1) * (i0 & 31);
+    // (HALF: fp16 value i % 32 of the slot); XB: bytes an input takes in a slot
+    constexpr int XB = HALF ? 2 : 1;
+    const unsigned char* xb =
+        reinterpret_cast<const unsigned char*>(xq + s0 * gsw) + XB * (i0 & 31);
     const float* gsp = gs + s0;
     float facc[NO];
     int acc[NO];  // acc[j]: output o0 + j
@@ -589,7 +590,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                 if (ii >= i1) break;
                 if constexpr (HALF) {
                     const uint32_t xx = *reinterpret_cast<const uint16_t*>(xb) * 0x10001u;
-                    xb += 2;
+                    xb += XB;
                     cols_steps_half<V0, VS>(ring[d], xx, lane4, hacc);
                 } else {
                     const uint32_t xl = *xb++, xh = xl << 8;
@@ -603,7 +604,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                 pn += nw;
                 if (((ii + 1) & 31) == 0 || ii + 1 == i1) {  // the end of a group of inputs
                     const float sc = *gsp++;
-                    xb += 4 * gsw - (HALF ? 64 : 32);
+                    xb += 4 * gsw - 32 * XB;  // to the next slot's first input
                     if constexpr (HALF) {
 #pragma unroll
                         for (int o = 0; o < NO / 2; ++o) {
