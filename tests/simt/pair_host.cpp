@@ -61,20 +61,20 @@ int main(int argc, char** argv) {
     return 3;
   }
   std::vector<float> part((size_t)blocks * 2048);
-  std::vector<int2> tiles_of(blocks);
+  std::vector<int> tile_range(2 * blocks, -1);  // unwritten: a wrong range, not a lucky one
   for (int m = 0; m < M; ++m) {
     const float* xm = x.data() + (size_t)m * n_in;
     // axis 0: rb = the warps of a walker (SUB)
     auto kern = rb == 2 ? (half ? pair_cols<2, 2 * NT, true> : pair_cols<2, 2 * NT, false>)
                         : (half ? pair_cols<1, NT, true> : pair_cols<1, NT, false>);
     simt::launch(blocks, 1, rb * NT, [&] {
-      kern(w.data(), s.data(), tab.data(), xm, 0, part.data(), tiles_of.data(), n_in, n_out / 32,
+      kern(w.data(), s.data(), tab.data(), xm, 0, part.data(), tile_range.data(), n_in, n_out / 32,
            T / 32, gsw, blocks);
     });
-    const int tiles = (n_out / 32 + 31) / 32;
-    simt::launch((tiles * 1024 + SUM_NT - 1) / SUM_NT, 1, SUM_NT, [&] {
+    simt::launch(n_out / 32, 1, 32 * SUM_W, [&] {
       const Out Om{reinterpret_cast<char*>(out.data()) + (size_t)m * n_out * osize, odt};
-      pair_cols_sum(part.data(), tiles_of.data(), Om, n_in, n_out / 32, T / 32, 1.0f, blocks);
+      pair_cols_sum(part.data(), reinterpret_cast<const int2*>(tile_range.data()), Om, T / 32,
+                    1.0f);
     });
   }
   return write(argv[2], out, odt);

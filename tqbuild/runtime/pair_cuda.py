@@ -143,7 +143,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
                               x.data_ptr(), dt, out.data_ptr(), odt, M, out_features, in_features,
                               T, rb, wpr, nth, FACTOR, blocks, pdl, stream)
     else:
-        part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tiles_of
+        part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tile_range
         sub, half = cfg or COLS_CFG
         rc = 0
         for m in range(M):

@@ -28,7 +28,7 @@
 // range of (tile, input) units walked with D inputs' words in flight; the block quantizes
 // the inputs its units meet (x · the stored rows' scales) into shared memory first; the
 // walkers' sums are added in the block in walker order, the partials of the blocks that
-// meet a tile by `pair_cols_sum` in block order (deterministic). Its `HALF` instances walk in
+// meet a tile by `pair_cols_sum` in a fixed order (deterministic). Its `HALF` instances walk in
 // packed fp16 instead (cols_steps_half: one HFMA2 a step for two IDP2A). Outputs in the caller's
 // dtype (f32, bf16, f16), rounded once. Both kernels read x only after
 // griddepcontrol.wait (TQ_PDL_IN: launched with programmatic dependent launch, their
@@ -42,6 +42,7 @@
 #define TQ_GLOBAL __global__
 #define TQ_BOUNDS(n) __launch_bounds__(n)
 #include "pdl_launch.cuh"  // pdl_trigger, pdl_wait, launch, raise_smem
+#define TQ_SHARED __shared__
 #endif
 #include "quant8.cuh"
 #include "row_words.cuh"
@@ -508,8 +509,9 @@ TQ_DEV void cols_steps_half(const uint32_t (&w)[K + 1], uint32_t xx, uint32_t la
 }
 
 // cols: x [n_in] -> part [G][2][1024], the block's sums of its first tile and the next,
-// its walkers' added in walker order, and tiles_of [G], the first and last tile of its
-// units (first > last: none); gsw as pair_rows'. A walker is SUB adjacent warps walking
+// its walkers' added in walker order, and tile_range [tiles] (pair_cols_sum's): .x = 2·b0 +
+// the slot of b0's part holding the tile, .y = b1, the tile's first and last block (each
+// written by that block); gsw as pair_rows'. A walker is SUB adjacent warps walking
 // the same inputs, warp s of it decoding steps [16s/SUB, 16(s+1)/SUB) of each period
 // (32/SUB outputs a lane: SUB = 2 halves the registers, so NTHC = 1024 threads fit);
 // NTHC / 32 / SUB = 16 walkers a block either way.
@@ -517,7 +519,7 @@ template <int SUB, int NTHC, bool HALF>
 TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                                          const uint16_t* __restrict__ scales,
                                          const uint32_t* __restrict__ table, const void* x, int dt,
-                                         float* __restrict__ part, int2* __restrict__ tiles_of,
+                                         float* __restrict__ part, int* __restrict__ tile_range,
                                          int n_in, int nperiods, int ppb, int gsw, int nblocks) {
     TQ_DYN_SMEM;
     constexpr int W = NTHC / 32 / SUB, VS = 16 / SUB, NO = 32 / SUB;  // walkers, steps, sums
@@ -639,56 +641,40 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
         for (int w = slot ? wa : 0; w < (slot ? W : wa); ++w) v += red[w * RED_WARP + i];
         part[(size_t)blockIdx.x * 2048 + e] = tb == TAB ? v : __int_as_float(0x7FC00000);
     }
-    if (threadIdx.x == 0)  // the tiles this block's sums are of (for pair_cols_sum)
-        tiles_of[blockIdx.x] = c.na + c.nb == 0 ? make_int2(1, 0)
-                                                : make_int2(c.first, c.first + (c.nb > 0));
-}
-
-// cols: the blocks whose units meet tile t (units [t·n_in, (t + 1)·n_in)) lie in [b0, b1]:
-// b0 the first whose units end past t·n_in, b1 the last whose units start before
-// (t + 1)·n_in (cols_split's bounds, from an estimate stepped to the exact edge)
-TQ_DEV int2 tile_blocks(int t, int n_in, int tiles, int nblocks) {
-    const int64_t U = (int64_t)tiles * n_in, G = nblocks;
-    auto lo = [&](int64_t b) { return U * b / G; };  // block b's first unit
-    const int64_t a = (int64_t)t * n_in, z = a + n_in;
-    int64_t b0 = a * G / U, b1 = z * G / U;
-    while (b0 > 0 && lo(b0) > a) --b0;
-    while (b0 + 1 < G && lo(b0 + 1) <= a) ++b0;  // lo(b0) ≤ a < lo(b0 + 1): b0 holds unit a
-    b1 = b1 < G ? b1 : G - 1;
-    while (b1 > 0 && lo(b1) >= z) --b1;
-    while (b1 + 1 < G && lo(b1 + 1) < z) ++b1;  // the last block starting before z
-    return make_int2((int)b0, (int)b1);
-}
-
-// cols, step 2: out [n_out] = Σ over blocks, in block order, of their sums of the
-// output's tile, × factor — only the blocks tile_blocks names, SUM_B loads in flight
-constexpr int SUM_B = 8, SUM_NT = 128;
-TQ_GLOBAL void TQ_BOUNDS(SUM_NT) pair_cols_sum(const float* __restrict__ part,
-                                               const int2* __restrict__ tiles_of,
-                                               Out out, int n_in, int nperiods, int ppb,
-                                               float factor, int nblocks) {
-    const int e = blockIdx.x * SUM_NT + threadIdx.x;  // (tile, lane, o)
-    const int tiles = (nperiods + 31) / 32;
-    const int t = e >> 10, lane = (e >> 5) & 31, o = e & 31, p = 32 * t + lane;
-    pdl_wait();  // the cols kernel's sums
-    if (e >= tiles * 1024 || p >= nperiods) return;
-    const int2 r = tile_blocks(t, n_in, tiles, nblocks);
-    float v = 0.f;
-    for (int b = r.x; b <= r.y; b += SUM_B) {
-        float pv[SUM_B];
-        bool in[SUM_B];  // block b + j has sums of tile t (empty blocks: none)
-#pragma unroll
-        for (int j = 0; j < SUM_B; ++j) {
-            const int bj = min(b + j, r.y);
-            const int2 tf = __ldg(tiles_of + bj);
-            in[j] = b + j <= r.y && t >= tf.x && t <= tf.y;
-            pv[j] = in[j] ? __ldg(part + (size_t)bj * 2048 + 1024 * (t - tf.x) + (e & 1023)) : 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < SUM_B; ++j)
-            if (in[j]) v += pv[j];
+    if (threadIdx.x == 0) {  // the tiles this block begins or ends (for pair_cols_sum)
+        const int b = blockIdx.x, t0 = 2 * c.first, t1 = t0 + 2;  // [2t], [2t + 1]: .x, .y
+        if (c.na > 0 && c.ia == 0) tile_range[t0] = 2 * b;
+        if (c.na > 0 && c.ia + c.na == n_in) tile_range[t0 + 1] = b;
+        if (c.nb > 0) tile_range[t1] = 2 * b + 1;
+        if (c.nb == n_in) tile_range[t1 + 1] = b;
     }
-    put(out, 32 * group_of(p, ppb) + o, v * factor);
+}
+
+// cols, step 2: out [n_out] = the sums of the blocks that meet each output's tile
+// (tile_range), × factor. A block of SUM_W warps takes one period's 32 outputs: warp w adds
+// blocks b0 + w, b0 + w + SUM_W, ... in order, warp 0 then the warps' sums in warp order
+// (a fixed order: deterministic). It lets the kernel after it launch once its wait is over.
+constexpr int SUM_W = 8;
+TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ part,
+                                                   const int2* __restrict__ tile_range, Out out,
+                                                   int ppb, float factor) {
+    TQ_SHARED float red[SUM_W][32];
+    const int p = blockIdx.x, t = p >> 5, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const size_t e = (size_t)(p & 31) * 32 + lane;  // the output's place in its tile's sums
+    pdl_wait();  // the cols kernel's sums
+    pdl_trigger();
+    const int2 r = __ldg(tile_range + t);
+    const int b0 = r.x >> 1;
+    float v = 0.f;
+#pragma unroll 4
+    for (int b = b0 + w; b <= r.y; b += SUM_W)  // b0 may hold the tile second, the rest first
+        v += __ldg(part + (size_t)b * 2048 + (b == b0 ? 1024 * (r.x & 1) : 0) + e);
+    red[w][lane] = v;
+    __syncthreads();
+    if (w == 0) {
+        for (int i = 1; i < SUM_W; ++i) v += red[i][lane];
+        put(out, 32 * group_of(p, ppb) + lane, v * factor);
+    }
 }
 
 // dynamic shared memory of a rows launch: the table, x quantized, the warps' sums
@@ -763,13 +749,14 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
 // cols (axis 0), one input row: x [n_in] -> out [n_out] of dtype odt (words [n_in, nw] with
 // nw = n_out·k/32); sub: warps a walker (1: 512 threads a block, 2: 1024); half: the walk in
 // packed fp16 (cols_steps_half), else int8 inputs and IDP2A; part (nblocks·2048 floats +
-// nblocks·2 ints) is the caller's scratch
+// nblocks·2 ints, tiles ≤ nblocks) is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
                  void* part, void* out, int odt, int n_in, int n_out, int T, int sub, int half,
                  float factor, int nblocks, int pdl, void* stream) {
     if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
+    if ((nperiods + 31) / 32 > nblocks) return -4;  // a block's units span at most two tiles
     const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g); },
                              half ? GSW_HALF : GSW_PAD, half ? GSW_HALF : GSW_TIGHT);
     if (!gsw) return -2;
@@ -780,14 +767,13 @@ int tq_pair_cols(const void* words, const void* scales, const void* table, const
     const cudaError_t e = raise_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     float* sums = (float*)part;
-    int2* tiles_of = reinterpret_cast<int2*>(sums + (size_t)nblocks * 2048);
+    int* tile_range = reinterpret_cast<int*>(sums + (size_t)nblocks * 2048);
     const int rc = launch(kern, nblocks, sub * NT, smem, st, TQ_PDL_IN && pdl,
                           (const uint32_t*)words, (const uint16_t*)scales, (const uint32_t*)table,
-                          x, dt, sums, tiles_of, n_in, nperiods, ppb, gsw, nblocks);
-    const int tiles = (nperiods + 31) / 32;
-    return rc ? rc : launch(pair_cols_sum, (tiles * 1024 + SUM_NT - 1) / SUM_NT, SUM_NT, 0, st,
-                            pdl != 0, (const float*)sums, (const int2*)tiles_of, Out{out, odt},
-                            n_in, nperiods, ppb, factor, nblocks);
+                          x, dt, sums, tile_range, n_in, nperiods, ppb, gsw, nblocks);
+    return rc ? rc : launch(pair_cols_sum, nperiods, 32 * SUM_W, 0, st, pdl != 0,
+                            (const float*)sums, reinterpret_cast<const int2*>(tile_range),
+                            Out{out, odt}, ppb, factor);
 }
 
 }  // extern "C"
