@@ -61,6 +61,17 @@ def pdl_off():
             os.environ["TQBUILD_PDL"] = old
 
 
+@contextlib.contextmanager
+def pair_source(path: str):
+    """pair_cuda's libraries built from another source inside the block (same C entries)."""
+    old, libs = pair_cuda.SOURCE, dict(pair_cuda._libs)
+    pair_cuda.SOURCE, pair_cuda._libs = Path(path).resolve(), {}
+    try:
+        yield
+    finally:
+        pair_cuda.SOURCE, pair_cuda._libs = old, libs
+
+
 def kernel_times(run, calls: int) -> dict[str, float]:
     """Mean seconds a call by kernel (torch's profiler over eager calls, PDL off so that
     a kernel's time excludes its wait for the one before): how a cols call's time splits
@@ -89,6 +100,9 @@ def main() -> None:
     ap.add_argument("--tag", default="")
     ap.add_argument("--quick", action="store_true",
                     help="no mul1; pair rows at their default instance only")
+    ap.add_argument("--ab-source", default="",
+                    help="cols: also time the best cfg with the pair library built from this "
+                         "source (an earlier pair_gemv.cu beside it), in the same run")
     a = ap.parse_args()
     ks = [int(v) for v in a.ks.split(",")]
     ms = [int(v) for v in a.ms.split(",")]
@@ -173,6 +187,13 @@ def main() -> None:
                      "pair_vs_mul1": t_mul1 and t_mul1 / tried[best],
                      "pair_fraction_of_copy_bw": nbytes / tried[best] / bw,
                      "copies": len(copies)}
+                if axis == 0 and a.ab_source:
+                    with pair_source(a.ab_source):
+                        c["pair_seconds_ab_source"] = graph_time(
+                            lambda xm=xm, d=dims, cs=copies, cf=cfg_of[best]: [
+                                pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=cf, **d)
+                                for w, sc in cs]) / len(copies)
+                    c["ab_source"] = a.ab_source
                 if axis == 0 and not a.quick:  # the split sum's share of a cols call
                     c["kernel_seconds"] = {
                         "mul1": kernel_times(lambda xm=xm, d=dims, cs=copies: [

@@ -654,7 +654,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
 // (tile_range), × factor. A block of SUM_W warps takes one period's 32 outputs: warp w adds
 // blocks b0 + w, b0 + w + SUM_W, ... in order, warp 0 then the warps' sums in warp order
 // (a fixed order: deterministic). It lets the kernel after it launch once its wait is over.
-constexpr int SUM_W = 8;
+constexpr int SUM_W = 8, SUM_B = 4;
 TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ part,
                                                    const int2* __restrict__ tile_range, Out out,
                                                    int ppb, float factor) {
@@ -666,9 +666,17 @@ TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ par
     const int2 r = __ldg(tile_range + t);
     const int b0 = r.x >> 1;
     float v = 0.f;
-#pragma unroll 4
-    for (int b = b0 + w; b <= r.y; b += SUM_W)  // b0 may hold the tile second, the rest first
-        v += __ldg(part + (size_t)b * 2048 + (b == b0 ? 1024 * (r.x & 1) : 0) + e);
+    for (int b = b0 + w; b <= r.y; b += SUM_B * SUM_W) {  // SUM_B loads in flight
+        float pv[SUM_B];
+#pragma unroll
+        for (int j = 0; j < SUM_B; ++j) {  // b0 may hold the tile second, the rest first
+            const int bj = b + j * SUM_W;
+            pv[j] = bj <= r.y ? __ldg(part + (size_t)bj * 2048 + (bj == b0 ? 1024 * (r.x & 1) : 0) + e)
+                              : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < SUM_B; ++j) v += pv[j];
+    }
     red[w][lane] = v;
     __syncthreads();
     if (w == 0) {

@@ -1111,6 +1111,7 @@ __global__ void __launch_bounds__(256) cols_tc(
 __global__ void __launch_bounds__(32 * SUM_WARPS)
 sum_splits(const float* __restrict__ part, Out out, int splits, int count) {
     pdl_wait();  // the cols kernel's partial sums
+    pdl_trigger();  // after the wait: the kernel after this one may launch
     __shared__ float red[SUM_WARPS][32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int i = blockIdx.x * 32 + lane;
