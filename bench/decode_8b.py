@@ -37,7 +37,8 @@ transformers. Variants swap the decoder linears in place:
               tensor on the faster kernel of session 18's measurements (rows: pair,
               cols: mul1) — codes may differ tensor by tensor in one artifact.
   p3h-fused-cu-lm8-qkv — p3's MLP with down_proj's cols walk in packed fp16
-              (runtime/pair_cuda.py's COLS_CFG (1, 1), pair_gemv.cu's cols_steps_half).
+              (runtime/pair_cuda.py's COLS_CFG (1, 1), pair_gemv.cu's cols_steps_half;
+              the default since session 29, so p3 runs the same kernels).
   …-lm4-… — the same with lm_head 4-bit affine (group 64), as recipes/qwen38-q3.yaml
               (the seed's Q3: "4-bit attention and embeddings") quantizes it; the
               affine-4 baseline gets the same lm_head.

@@ -38,8 +38,10 @@ ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: 
             6: (1, 1, 512), 7: (1, 1, 512), 8: (1, 1, 512)}
 
 # a cols launch's (sub, half): warps walking one cols tile's inputs together (pair_gemv.cu's
-# pair_cols: 1 or 2), and whether the walk runs in packed fp16 (1) or on int8 inputs (0)
-COLS_CFG = (1, 0)
+# pair_cols: 1 or 2), and whether the walk runs in packed fp16 (1) or on int8 inputs (0).
+# (1, 1): the fastest of the four at k = 2, 3, 4 on 5120 × 17408 and at k = 3 on 4096 × 14336
+# (H100, bench/results/pair_gemv-cuda-s29b-cols.json, -s29-cols.json: 2–7 % ahead of (1, 0))
+COLS_CFG = (1, 1)
 
 _libs: dict[tuple[int, int], ctypes.CDLL | None] = {}
 
