@@ -116,9 +116,7 @@ def main() -> None:
     res["copy_bytes_per_s"] = bw
     for k in ks:
         pair_cuda.library(k, L_PAIR)
-        lib = nvcc.library_path(pair_cuda.SOURCE, ["-O3", f"-arch={nvcc.arch()}",
-                                                   f"-DTQ_K={k}", f"-DTQ_L={L_PAIR}",
-                                                   "-shared", "-Xcompiler", "-fPIC"])
+        lib = nvcc.built_path(pair_cuda.SOURCE, pair_cuda._flags(k, L_PAIR))  # as built
         for M, cfgs in ROWS_CFGS.items():
             for rb, wpr, nth in cfgs:  # the loop decodes two periods a trip
                 s = sass_loop(lib, f"pair_rowsILi{M}ELi{rb}ELi{wpr}ELi{nth}E", M * rb * 32, "IDP")

@@ -134,8 +134,7 @@ def main() -> None:
     res = {"host": host(), "l2_bytes": l2, "copy_bytes_per_s": bw, "code": CODE, "L": L, "T": T,
            "sweeps": {}, "cases": [], "sass": {}}
     for k in ks:
-        lib = nvcc.library_path(tc.SOURCE, ["-O3", f"-arch={nvcc.arch()}", *tc._flags(k, L, CODE),
-                                            "-shared", "-Xcompiler", "-fPIC"])
+        lib = nvcc.built_path(tc.SOURCE, tc._flags(k, L, CODE))
         for name, tmpl, m, per_trip in (("rows M1 RB2", "rows_fusedILi1ELi2E", 1, 2 * 2 * 32),
                                         ("rows M1 RB4", "rows_fusedILi1ELi4E", 1, 2 * 4 * 32),
                                         ("rows M4 RB1", "rows_fusedILi4ELi1E", 4, 2 * 1 * 32),

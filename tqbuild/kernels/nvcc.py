@@ -46,12 +46,21 @@ def library_path(source: Path, flags: list[str]) -> Path:
     return cache_dir() / f"{source.stem}-{arch()}-{key}.so"
 
 
+def _full_flags(flags: list[str]) -> list[str]:
+    return ["-O3", f"-arch={arch()}", *flags, "-shared", "-Xcompiler", "-fPIC"]
+
+
+def built_path(source: Path, flags: list[str]) -> Path:
+    """Where build(source, flags) puts (or put) its library: for reading its SASS."""
+    return library_path(source, _full_flags(flags))
+
+
 def build(source: Path, flags: list[str]) -> ctypes.CDLL:
     """nvcc -O3 -arch=<this GPU> -shared FLAGS SOURCE, cached; raises on failure."""
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.path.exists(nvcc):
         raise RuntimeError("nvcc not found")
-    flags = ["-O3", f"-arch={arch()}", *flags, "-shared", "-Xcompiler", "-fPIC"]
+    flags = _full_flags(flags)
     lib = library_path(source, flags)
     if not lib.is_file():
         lib.parent.mkdir(parents=True, exist_ok=True)

@@ -56,10 +56,14 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_cols_smem": (_Z, [_I] * 4)}
 
 
+def _flags(k: int, L: int) -> list[str]:
+    """nvcc defines of the (k, L) library; TQBUILD_PAIR_FLAGS adds benchmark sweeps' (part
+    of the cache key); TQ_PDL_IN follows inductor's PDL (`gpu_info.pdl_defines`)."""
+    return [f"-DTQ_K={k}", f"-DTQ_L={L}", *gpu_info.pdl_defines("TQBUILD_PAIR_FLAGS", "TQ_PDL_IN")]
+
+
 def _load(k: int, L: int) -> ctypes.CDLL:
-    # TQBUILD_PAIR_FLAGS: benchmark sweeps; TQ_PDL_IN follows inductor's PDL
-    extra = gpu_info.pdl_defines("TQBUILD_PAIR_FLAGS", "TQ_PDL_IN")
-    dll = nvcc.build(SOURCE, [f"-DTQ_K={k}", f"-DTQ_L={L}", *extra])
+    dll = nvcc.build(SOURCE, _flags(k, L))
     for name, (res, args) in SIGNATURES.items():
         f = getattr(dll, name)
         f.restype, f.argtypes = res, args
