@@ -5,6 +5,8 @@
 # 4096 × 14336 against mul1 and against session 28's source (bench/device/pair_gemv_s28.cu,
 # --ab-source) in the same run; (3) the 8B-shaped decode at a 4096-slot cache: bf16, affine-4,
 # p3h (pair gate/up + the fp16 pair down).   TAG, END_S.   bash bench/device/s29.sh (carry .whl)
+# Session 28's source first, untracked so that it travels:
+#   git show 965b150:tqbuild/runtime/pair_gemv.cu > bench/device/pair_gemv_s28.cu
 source bench/device/env.sh
 : "${END_S:=560}"
 TAG=${TAG:--s29}
