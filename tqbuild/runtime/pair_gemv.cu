@@ -671,8 +671,8 @@ TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ par
 #pragma unroll
         for (int j = 0; j < SUM_B; ++j) {  // b0 may hold the tile second, the rest first
             const int bj = b + j * SUM_W;
-            pv[j] = bj <= r.y ? __ldg(part + (size_t)bj * 2048 + (bj == b0 ? 1024 * (r.x & 1) : 0) + e)
-                              : 0.f;
+            const size_t at = (size_t)bj * 2048 + (bj == b0 ? 1024 * (r.x & 1) : 0) + e;
+            pv[j] = bj <= r.y ? __ldg(part + at) : 0.f;
         }
 #pragma unroll
         for (int j = 0; j < SUM_B; ++j) v += pv[j];
