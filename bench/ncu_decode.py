@@ -3,10 +3,11 @@
     ncu --clock-control none -k regex:'pair_|rows|cols|affine' --section SpeedOfLight \
         --section WarpStateStats --section Occupancy python bench/ncu_decode.py [--k 3]
 
-Runs, M = 1, random packed weights: the pair rows kernel on 8192 × 8192, the pair cols
-kernel (walkers of 1 and 2 warps) and the mul1 cols kernel on 5120 × 17408, the mul1 rows
-kernel on 8192 × 8192, and the 4-bit affine kernel on the 8B model's q/k/v (6144 × 4096)
-— each twice (the second is the one to read: its code and tables are warm).
+Runs, M = 1 (or --m), random packed weights: the pair rows kernel on 8192 × 8192, the pair
+cols kernel (one-warp walkers, int8 and packed-fp16 walks) and the mul1 cols kernel on
+5120 × 17408, the mul1 rows kernel on 8192 × 8192, and the 4-bit affine kernel on the 8B
+model's q/k/v (6144 × 4096) — each twice (the second is the one to read: its code and tables
+are warm).
 """
 
 from __future__ import annotations
@@ -34,21 +35,23 @@ def packed(rows: int, cols: int, k: int, g: torch.Generator):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--k", type=int, default=3)
-    k = ap.parse_args().k
+    ap.add_argument("--m", type=int, default=1, help="tokens (rows of x)")
+    a = ap.parse_args()
+    k, M = a.k, a.m
     g = torch.Generator(device="cuda").manual_seed(0)
     runs = []
-    x = torch.randn(1, 8192, device="cuda", dtype=torch.bfloat16, generator=g)
+    x = torch.randn(M, 8192, device="cuda", dtype=torch.bfloat16, generator=g)
     w, s = packed(8192, 8192, k, g)
     d = dict(k=k, T=T, axis=1, out_features=8192, in_features=8192)
     runs.append(lambda: pair_cuda.matvec(x, w, s, L=16, **d))
     runs.append(lambda: tc.matvec(x, w, s, code="mul1", L=12, **d))
-    xc = torch.randn(1, 17408, device="cuda", dtype=torch.bfloat16, generator=g)
+    xc = torch.randn(M, 17408, device="cuda", dtype=torch.bfloat16, generator=g)
     wc, sc = packed(17408, 5120, k, g)
     dc = dict(k=k, T=T, axis=0, out_features=5120, in_features=17408)
-    runs += [lambda sub=sub: pair_cuda.matvec(xc, wc, sc, L=16, cfg=(sub, 0), **dc)
-             for sub in (1, 2)]
+    runs += [lambda half=half: pair_cuda.matvec(xc, wc, sc, L=16, cfg=(1, half), **dc)
+             for half in (0, 1)]
     runs.append(lambda: tc.matvec(xc, wc, sc, code="mul1", L=12, **dc))
-    xa = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
+    xa = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
     wa = torch.randint(-2**31, 2**31 - 1, (6144, 4096 // 8), device="cuda", dtype=torch.int32,
                        generator=g)
     sa = torch.rand(6144, 4096 // 64, device="cuda", generator=g).bfloat16()
