@@ -32,6 +32,18 @@ def test_available_only_for_the_pair_code_on_cuda():
         assert not pair_cuda.available(x.cuda(), "mul1", 3, 16, 256, 1, 64, 256)
 
 
+@needs_cuda
+def test_cols_not_served_past_two_tiles_a_block():
+    """Down_proj-like (axis 0) weights of more 1024-output tiles than the GPU has SMs (blocks)
+    would give a block units of three tiles: the module runs expanded instead."""
+    from tqbuild.runtime import pair_cuda
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    x = torch.zeros(1, 256, device="cuda", dtype=torch.bfloat16)
+    assert pair_cuda.available(x, "pair", 3, 16, 256, 0, sms * 1024, 256)
+    assert not pair_cuda.available(x, "pair", 3, 16, 256, 0, (sms + 1) * 1024, 256)
+
+
 def test_rows_instances_match_the_library_source():
     """The Python list of rows instances is the one the CUDA source compiles."""
     import re

@@ -104,7 +104,8 @@ def _table(device: torch.device) -> torch.Tensor:
 def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
               out_features: int, in_features: int) -> bool:
     """These kernels serve this call: CUDA, the pair code, whole periods and groups,
-    M ≤ 8 (rows: x's int8 copy fits beside the table), a library that builds."""
+    M ≤ 8 (rows: x's int8 copy fits beside the table; cols: no more 1024-output tiles than
+    SMs), a library that builds."""
     M = x.shape[0]
     coded = in_features if axis == 1 else out_features
     if not x.is_cuda or code not in PAIR_CODES or trellis_cuda.mode() == "float" or \
@@ -119,6 +120,8 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
         rb, _, nth = ROWS_CFG[M]
         need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
     else:
+        if (out_features // 32 + 31) // 32 > _sm_count(_index(x)):
+            return False  # a block's units would span more than two tiles (tq_pair_cols: −4)
         need = lib.tq_pair_cols_smem(in_features, out_features, _sm_count(_index(x)),
                                      COLS_CFG[1])
     return need <= trellis_cuda.SMEM_LIMIT
