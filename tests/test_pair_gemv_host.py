@@ -58,25 +58,21 @@ def run(exe: Path, tmp: Path, k: int, axis: int, words, scales, x, T: int, rb=1,
     return raw.reshape(M, -1).astype(np.float64)
 
 
-def cols_case(k, L, n_in, n_out, T, M, seed):
-    """Fresh stored rows (one an input) of n_out outputs: words, fp16 row scales, x [M, n_in]
-    float32, and the decoded weights [n_in, n_out] in int16 units."""
-    g = np.random.default_rng(seed)
-    words = g.integers(0, 2**32, (n_in, n_out * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(n_in) + 0.5).astype(np.float16)
-    x = g.standard_normal((M, n_in)).astype(np.float32)
-    w16 = values_of(fmt.states_of(words, k, T, L), "pair", L).astype(np.float64) * 8192
-    return words, scales, x, w16
-
-
-def _case(k, L, rows, n, T, M, seed):
+def _case(k, L, rows, n, T, M, seed, inputs=None):
+    """Fresh stored rows of n coded values: words, fp16 row scales, x [M, inputs (default n)]
+    float32, and the decoded weights [rows, n] in int16 units."""
     g = np.random.default_rng(seed)
     words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
     scales = (g.random(rows) + 0.5).astype(np.float16)
-    x = g.standard_normal((M, n)).astype(np.float32)
+    x = g.standard_normal((M, inputs or n)).astype(np.float32)
     w16 = values_of(fmt.states_of(words, k, T, L), "pair", L).astype(np.float64) * 8192
     assert np.array_equal(w16, np.round(w16))
     return words, scales, x, w16
+
+
+def cols_case(k, L, n_in, n_out, T, M, seed):
+    """Stored rows (one an input) of n_out outputs: x [M, n_in], the weights [n_in, n_out]."""
+    return _case(k, L, n_in, n_out, T, M, seed, inputs=n_in)
 
 
 @pytest.mark.parametrize("kl", CASES)

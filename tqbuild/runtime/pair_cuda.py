@@ -120,10 +120,10 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
         rb, _, nth = ROWS_CFG[M]
         need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
     else:
-        if (out_features // 32 + 31) // 32 > _sm_count(_index(x)):
+        blocks = _sm_count(_index(x))
+        if (out_features // 32 + 31) // 32 > blocks:
             return False  # a block's units would span more than two tiles (tq_pair_cols: −4)
-        need = lib.tq_pair_cols_smem(in_features, out_features, _sm_count(_index(x)),
-                                     COLS_CFG[1])
+        need = lib.tq_pair_cols_smem(in_features, out_features, blocks, COLS_CFG[1])
     return need <= trellis_cuda.SMEM_LIMIT
 
 
