@@ -152,6 +152,30 @@ def test_cols_kernel_in_fp16_is_within_the_int8_kernels_error(k, L, n_in, n_out,
 
 
 @needs_cuda
+@pytest.mark.parametrize("k,L,n_in,n_out,T,M", [
+    *((k, L, 512, 1536, 256, M) for k, L in [(2, 16), (3, 16), (4, 16), (3, 12)]
+      for M in (2, 3, 4, 5, 8)),
+    (3, 16, 96, 512, 64, 4), (3, 16, 17408, 5120, 256, 4)])
+@pytest.mark.parametrize("sub", [1, 2])
+def test_cols_rows_share_one_decode_within_the_fp16_error(k, L, n_in, n_out, T, M, sub):
+    """The packed-fp16 walk at M > 1 (up to 4 rows a launch sharing one decode, summed in
+    fp16 over a walker's range): each row within 2^-9 of its largest exact output and
+    closer than the int8 walk (as tests/test_pair_gemv_host.py checks it in the emulator)."""
+    from tqbuild.runtime import pair_cuda
+
+    words, scales, xn, w16 = cols_case(k, L, n_in, n_out, T, M, seed=k + n_in + M + 29)
+    xn[M - 1, 5] = 40.0
+    x = torch.from_numpy(xn)
+    exact = (xn.astype(np.float64) * scales.astype(np.float64)[None, :]) @ w16 / 8192
+    dims = dict(k=k, T=T, L=L, axis=0, out_features=n_out, in_features=n_in)
+    w, sc = torch.from_numpy(words.view(np.int32)).cuda(), torch.from_numpy(scales).cuda()
+    top = np.abs(exact).max(axis=1)
+    err = {h: np.abs(pair_cuda.matvec(x.cuda(), w, sc, cfg=(sub, h), **dims).double().cpu()
+                     .numpy() - exact).max(axis=1) / top for h in (0, 1)}
+    assert (err[1] <= 2**-9).all() and (err[1] < err[0]).all(), err
+
+
+@needs_cuda
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("k", [2, 4])
 def test_misaligned_words_give_the_aligned_result(axis, k):
@@ -183,7 +207,7 @@ def test_misaligned_words_give_the_aligned_result(axis, k):
         part = torch.empty(4 * 2050, device="cuda")
         rc = lib.tq_pair_cols(shifted.data_ptr(), scales.data_ptr(), pair_cuda._table(x.device)
                               .data_ptr(), x.data_ptr(), 0, part.data_ptr(), out.data_ptr(), 0,
-                              rows, cols, T, 1, 0, pair_cuda.FACTOR, 4, 0, stream)
+                              1, rows, cols, T, 1, 0, pair_cuda.FACTOR, 4, 0, stream)
     assert rc == -3
 
 

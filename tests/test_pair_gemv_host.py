@@ -188,3 +188,43 @@ def test_cols_kernel_in_fp16_is_within_the_int8_kernels_error(harnesses, tmp_pat
     err_half, err_int8 = np.abs(half - exact).max() / top, np.abs(int8 - exact).max() / top
     assert err_half <= 2**-9, err_half
     assert err_half < err_int8, (err_half, err_int8)
+
+
+@pytest.mark.parametrize("kl", CASES)
+@pytest.mark.parametrize("M,n_in,n_out,T,blocks,sub", [
+    (4, 96, 1536, 256, 5, 1), (2, 64, 512, 64, 3, 1), (3, 160, 1024, 256, 2, 2),
+    (6, 32, 2048, 256, 72, 1), (4, 160, 1024, 256, 2, 1)])
+def test_cols_rows_share_one_decode_within_the_fp16_error(harnesses, tmp_path_factory, tmp_path,
+                                                          kl, M, n_in, n_out, T, blocks, sub):
+    """pair_cols at M > 1 in packed fp16: one decode for up to 4 rows (6 rows: 4, then 2),
+    each row's inputs at one scale over the block, summed in fp16 over a walker's whole
+    range. Each row against the exact product: within 2^-9 of its largest output, closer
+    than the int8 walk (a row at a time), one row with an input far out of its group."""
+    k, L = kl
+    words, scales, x, w16 = cols_case(k, L, n_in, n_out, T, M, seed=n_in + k + M)
+    x[1, 5] = 40.0
+    exact = (x * scales.astype(np.float32)[None, :]).astype(np.float64) @ w16
+    exe = _exe(harnesses, tmp_path_factory, k, L)
+    half = run(exe, tmp_path, k, 0, words, scales, x, T, rb=sub, blocks=blocks, gsw=16, half=1)
+    int8 = run(exe, tmp_path, k, 0, words, scales, x, T, rb=sub, blocks=blocks, gsw=12)
+    top = np.abs(exact).max(axis=1)
+    err_half = np.abs(half - exact).max(axis=1) / top
+    err_int8 = np.abs(int8 - exact).max(axis=1) / top
+    assert (err_half <= 2**-9).all(), err_half
+    assert (err_half < err_int8).all(), (err_half, err_int8)
+
+
+def test_cols_rows_sharing_a_decode_keep_their_own_nan_and_zero(harnesses, tmp_path_factory,
+                                                                tmp_path):
+    """Rows walked together stay apart: a NaN input makes NaN outputs of its own row only
+    (its block's scale), an all-zero row gives zeros, the others their products."""
+    k, L, n_in, n_out, T = 3, 12, 96, 1536, 256
+    words, scales, x, w16 = cols_case(k, L, n_in, n_out, T, 3, seed=3)
+    x[0, 7] = np.nan
+    x[1] = 0.0
+    exact = (x[2] * scales.astype(np.float32)).astype(np.float64) @ w16
+    exe = _exe(harnesses, tmp_path_factory, k, L)
+    got = run(exe, tmp_path, k, 0, words, scales, x, T, rb=1, blocks=5, gsw=16, half=1)
+    assert np.isnan(got[0]).any()
+    assert np.array_equal(got[1], np.zeros(n_out))
+    assert np.abs(got[2] - exact).max() <= 2**-9 * np.abs(exact).max()

@@ -60,19 +60,21 @@ int main(int argc, char** argv) {
 #undef TQ_PAIR_ROWS
     return 3;
   }
-  std::vector<float> part((size_t)blocks * 2048);
+  // axis 0: rb = the warps of a walker (SUB); rows sharing a decode as tq_pair_cols takes them
+  const int mc = cols_rows(M, half, cols_per(n_in, n_out, blocks));
+  std::vector<float> part((size_t)blocks * 2048 * mc);
   std::vector<int> tile_range(2 * blocks, -1);  // unwritten: a wrong range, not a lucky one
-  for (int m = 0; m < M; ++m) {
-    const float* xm = x.data() + (size_t)m * n_in;
-    // axis 0: rb = the warps of a walker (SUB)
-    auto kern = rb == 2 ? (half ? pair_cols<2, 2 * NT, true> : pair_cols<2, 2 * NT, false>)
-                        : (half ? pair_cols<1, NT, true> : pair_cols<1, NT, false>);
+  for (int m0 = 0; m0 < M; m0 += mc) {
+    const int m = M - m0 < mc ? M - m0 : mc;
+    const ColsKernel kern = cols_kernel(rb, half, m);
+    if (!kern) return 3;
+    const float* xm = x.data() + (size_t)m0 * n_in;
     simt::launch(blocks, 1, rb * NT, [&] {
       kern(w.data(), s.data(), tab.data(), xm, 0, part.data(), tile_range.data(), n_in, n_out / 32,
            T / 32, gsw, blocks);
     });
-    simt::launch(n_out / 32, 1, 32 * SUM_W, [&] {
-      const Out Om{reinterpret_cast<char*>(out.data()) + (size_t)m * n_out * osize, odt};
+    simt::launch(n_out / 32, m, 32 * SUM_W, [&] {
+      const Out Om{reinterpret_cast<char*>(out.data()) + (size_t)m0 * n_out * osize, odt};
       pair_cols_sum(part.data(), reinterpret_cast<const int2*>(tile_range.data()), Om, T / 32,
                     1.0f);
     });

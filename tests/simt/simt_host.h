@@ -3,7 +3,7 @@
 // another (so static storage — `TQ_SHARED`, or the harness's array behind an
 // `extern __shared__` — is the block's shared memory). Supplies what the kernels
 // written for it use (runtime/affine_gemv.cu, kernels/viterbi_cuda.cu): CUDA's
-// declaration keywords, threadIdx / blockIdx, __syncthreads, __shfl_down_sync / __shfl_sync /
+// declaration keywords, threadIdx / blockIdx / gridDim, __syncthreads, __shfl_down_sync / __shfl_sync /
 // __shfl_xor_sync,
 // mma.sync m16n8k16 (bf16 / fp16 → float32, PTX ISA fragment layout), packed fma
 // (rounded once), PRMT, float32 intrinsics rounded as written (build with
@@ -55,7 +55,7 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 struct simt_dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
-inline thread_local simt_dim3 threadIdx, blockIdx;
+inline thread_local simt_dim3 threadIdx, blockIdx, gridDim;
 
 namespace simt {
 struct Block {
@@ -81,6 +81,8 @@ inline void launch(unsigned gx, unsigned gy, int threads, const std::function<vo
           threadIdx.x = t;
           blockIdx.x = bx;
           blockIdx.y = by;
+          gridDim.x = gx;
+          gridDim.y = gy;
           body();
         });
       for (auto& t : ts) t.join();

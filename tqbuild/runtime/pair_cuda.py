@@ -5,7 +5,8 @@ current stream (CUDA-graph capturable). Where nvcc or the build is missing,
 `available()` is False (warned once) and the pair code's modules run expanded.
 
 Rows (axis 1) for M ≤ 8 where x's int8 copy fits a block's shared memory beside the
-table; cols (axis 0) one input row a launch pair (M rows: M pairs)."""
+table; cols (axis 0) up to COLS_M input rows a launch pair sharing one decode (the packed-fp16
+walk; the int8 walk a row a pair)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: 
 # (1, 1): the fastest of the four at k = 2, 3, 4 on 5120 × 17408 and at k = 3 on 4096 × 14336
 # (H100, bench/results/pair_gemv-cuda-s29b-cols.json, -s29-cols.json: 2–7 % ahead of (1, 0))
 COLS_CFG = (1, 1)
+COLS_M = 4  # rows a cols launch shares its decode over (pair_gemv.cu's COLS_M)
 
 _libs: dict[tuple[int, int], ctypes.CDLL | None] = {}
 
@@ -51,9 +53,9 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 # against the declarations in pair_gemv.cu
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
-    "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _P]),
+    "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P] + [_I] * 7 + [_F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
-    "tq_pair_cols_smem": (_Z, [_I] * 4)}
+    "tq_pair_cols_smem": (_Z, [_I] * 5)}
 
 
 def _flags(k: int, L: int) -> list[str]:
@@ -123,7 +125,7 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
         blocks = _sm_count(_index(x))
         if (out_features // 32 + 31) // 32 > blocks:
             return False  # a block's units would span more than two tiles (tq_pair_cols: −4)
-        need = lib.tq_pair_cols_smem(in_features, out_features, blocks, COLS_CFG[1])
+        need = lib.tq_pair_cols_smem(in_features, out_features, blocks, COLS_CFG[1], M)
     return need <= trellis_cuda.SMEM_LIMIT
 
 
@@ -152,14 +154,14 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
                               x.data_ptr(), dt, out.data_ptr(), odt, M, out_features, in_features,
                               T, rb, wpr, nth, FACTOR, blocks, pdl, stream)
     else:
-        part = torch.empty(blocks * 2050, device=x.device, dtype=torch.float32)  # + tile_range
         sub, half = cfg or COLS_CFG
-        rc = 0
-        for m in range(M):
-            rc = rc or lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
-                                        x[m].data_ptr(), dt, part.data_ptr(), out[m].data_ptr(),
-                                        odt, in_features, out_features, T, sub, half, FACTOR,
-                                        blocks, pdl, stream)
+        # the rows' sums (a launch's rows at most COLS_M), then tile_range
+        part = torch.empty(blocks * (2048 * min(M, COLS_M) + 2), device=x.device,
+                           dtype=torch.float32)
+        rc = lib.tq_pair_cols(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
+                              x.data_ptr(), dt, part.data_ptr(), out.data_ptr(), odt, M,
+                              in_features, out_features, T, sub, half, FACTOR, blocks, pdl,
+                              stream)
     if rc != 0:
         raise RuntimeError(f"pair-code CUDA kernel launch failed (code {rc})")
     return out

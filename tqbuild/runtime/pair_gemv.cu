@@ -493,35 +493,62 @@ TQ_DEV void cols_steps(const uint32_t (&w)[K + 1], uint32_t xl, uint32_t xh, uin
 }
 
 // cols in fp16: steps [V0, V0 + VS) of one input's period times its fp16 value in both
-// halves of xx: step v adds its pair (two fp16, table entries · 2^-13) to the sums of
-// outputs 30 − 2v (low half) and 31 − 2v (high) in one packed fma, acc[VS − 1 − v]. One
-// fma a step instead of two IDP2A (half rate on the FMA-heavy pipe): 5 instructions a step,
-// not 6. The sums of a group of 32 inputs stay below 2^7 (|entry| < 4, |x| ≤ its group's
+// halves of xx[m] for each input row m: step v adds its pair (two fp16, table entries ·
+// 2^-13) to row m's sums of outputs 30 − 2v (low half) and 31 − 2v (high) in one packed fma,
+// acc[m][VS − 1 − v]. One fma a step and row instead of two IDP2A (half rate on the
+// FMA-heavy pipe): 5 instructions a step at M = 1, and the decode shared by M rows above.
+// At M = 1 the sums of a group of 32 inputs stay below 2^7 (|entry| < 4, |x| ≤ its group's
 // largest): fp16's 11 bits there lose less than the int8 inputs of the other kernels do.
-template <int V0, int VS>
-TQ_DEV void cols_steps_half(const uint32_t (&w)[K + 1], uint32_t xx, uint32_t lane4,
-                            uint32_t (&acc)[VS]) {
+template <int V0, int VS, int M>
+TQ_DEV void cols_steps_half(const uint32_t (&w)[K + 1], const uint32_t (&xx)[M], uint32_t lane4,
+                            uint32_t (&acc)[M][VS]) {
 #pragma unroll
     for (int vv = 0; vv < VS; ++vv) {
         const uint32_t e = lds_abs(((window(w, V0 + vv) * HMUL) & AMASK) | lane4);
-        acc[VS - 1 - vv] = hfma2(e, xx, acc[VS - 1 - vv]);
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[m][VS - 1 - vv] = hfma2(e, xx[m], acc[m][VS - 1 - vv]);
     }
 }
 
-// cols: x [n_in] -> part [G][2][1024], the block's sums of its first tile and the next,
-// its walkers' added in walker order, and tile_range [tiles] (pair_cols_sum's): .x = 2·b0 +
-// the slot of b0's part holding the tile, .y = b1, the tile's first and last block (each
-// written by that block); gsw as pair_rows'. A walker is SUB adjacent warps walking
+// cols at M > 1 (fp16 slots, gsw = GSW_HALF): each row's slots brought to one scale, the
+// largest of the row's group scales in the block (rowscale[m]; NaN where a group's is),
+// so a walker sums its whole range in fp16 with no flush a group: 16·M packed sums a
+// lane, where M × 32 float sums would not fit the registers. Ends on a block barrier.
+TQ_DEV void rescale_rows(uint32_t* xq, const float* gs, float* rowscale, int M, int ns, int nth) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp < M) {
+        int a = 0;  // the scales' bits: ≥ 0 or NaN, which is above every finite one as int
+        for (int j = lane; j < ns; j += 32) a = max(a, __float_as_int(gs[warp * ns + j]));
+        for (int o = 16; o > 0; o >>= 1) a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
+        if (lane == 0) rowscale[warp] = __int_as_float(a);
+    }
+    __syncthreads();
+    for (int q = threadIdx.x; q < M * ns * GSW_HALF; q += nth) {
+        const int s = q / GSW_HALF;
+        const float r = rowscale[s / ns], f = r == 0.f ? 0.f : __fdiv_rn(gs[s], r);
+        const uint32_t h = xq[q];
+        xq[q] = f16_bits(__fmul_rn(f16_bits_float(h & 0xFFFF), f)) |
+                f16_bits(__fmul_rn(f16_bits_float(h >> 16), f)) << 16;
+    }
+    __syncthreads();
+}
+
+// cols: x [M, n_in] -> part [G][M][2][1024], each row's sums of the block's first tile and
+// the next, its walkers' added in walker order, and tile_range [tiles] (pair_cols_sum's): .x =
+// 2·b0 + the slot of b0's part holding the tile, .y = b1, the tile's first and last block
+// (each written by that block); gsw as pair_rows'. A walker is SUB adjacent warps walking
 // the same inputs, warp s of it decoding steps [16s/SUB, 16(s+1)/SUB) of each period
 // (32/SUB outputs a lane: SUB = 2 halves the registers, so NTHC = 1024 threads fit);
-// NTHC / 32 / SUB = 16 walkers a block either way.
-template <int SUB, int NTHC, bool HALF>
+// NTHC / 32 / SUB = 16 walkers a block either way. M > 1 (HALF only): one decode for the M
+// rows, each row's sums in fp16 over the walker's whole range (rescale_rows).
+template <int SUB, int NTHC, bool HALF, int M = 1>
 TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                                          const uint16_t* __restrict__ scales,
                                          const uint32_t* __restrict__ table, const void* x, int dt,
                                          float* __restrict__ part, int* __restrict__ tile_range,
                                          int n_in, int nperiods, int ppb, int gsw, int nblocks) {
     TQ_DYN_SMEM;
+    static_assert(M == 1 || HALF, "rows share a decode in the fp16 walk only");
     constexpr int W = NTHC / 32 / SUB, VS = 16 / SUB, NO = 32 / SUB;  // walkers, steps, sums
     static_assert(W == NT / 32, "the shared-memory layout holds 16 walkers' sums");
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) / SUB;  // warp: the walker
@@ -529,11 +556,12 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
     const int o0 = 32 - NO * (sub + 1);  // its sums: outputs [o0, o0 + NO) of the period
     constexpr int D = COLS_D / SUB > 0 ? COLS_D / SUB : 1;  // inputs' words in flight a warp
     float* red = reinterpret_cast<float*>(smem + RED_OFF);  // [W][32 lanes][RED_LANE]
-    uint32_t* xq = reinterpret_cast<uint32_t*>(red + W * RED_WARP);  // [slots][gsw]
+    uint32_t* xq = reinterpret_cast<uint32_t*>(red + W * RED_WARP);  // [M][slots][gsw]
     const int tiles = (nperiods + 31) / 32;
     const ColsSplit c = cols_split(blockIdx.x, nblocks, n_in, tiles);
     const ColsSlots sl = cols_slots(c);
-    float* gs = reinterpret_cast<float*>(xq + (sl.sa + sl.sb) * gsw);
+    const int ns = sl.sa + sl.sb;  // slots a row
+    float* gs = reinterpret_cast<float*>(xq + M * ns * gsw);  // [M][slots], then rowscale [M]
     // warps of the first tile: shares of the units in proportion, at least one a part
     const int na = c.na, nb = c.nb;
     int wa = na == 0 ? 0 : nb == 0 ? W : (W * na + (na + nb) / 2) / (na + nb);
@@ -563,25 +591,30 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
     load_table<NTHC, HALF>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL)
     pdl_trigger();  // pair_cols_sum (and, under PDL, later kernels) may launch
-    quantize_slots<HALF>(x, dt, 1, n_in, sl.ga, sl.sa, sl.sa + sl.sb, scales, xq, gsw, gs, NTHC);
+    quantize_slots<HALF>(x, dt, M, n_in, sl.ga, sl.sa, ns, scales, xq, gsw, gs, NTHC);
     __syncthreads();
+    float* rowscale = gs + M * ns;
+    if constexpr (M > 1) rescale_rows(xq, gs, rowscale, M, ns, NTHC);
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
     // input i's int8 q: byte i % 32 of its group's slot — slot i / 32 − ga (first tile),
     // sa + i / 32 (the next); the slot's scale
     const int s0 = (first ? -sl.ga : sl.sa) + (i0 >> 5);
-    // (HALF: fp16 value i % 32 of the slot); XB: bytes an input takes in a slot
+    // (HALF: fp16 value i % 32 of the slot; row m's M·… slots on); XB: bytes an input takes
     constexpr int XB = HALF ? 2 : 1;
     const unsigned char* xb =
         reinterpret_cast<const unsigned char*>(xq + s0 * gsw) + XB * (i0 & 31);
+    const int xrow = ns * gsw * 4;  // bytes from a row's slots to the next row's
     const float* gsp = gs + s0;
     float facc[NO];
     int acc[NO];  // acc[j]: output o0 + j
-    uint32_t hacc[NO / 2];  // HALF: outputs o0 + 2j (low half) and o0 + 2j + 1 (high)
+    uint32_t hacc[M][NO / 2];  // HALF: row m's outputs o0 + 2j (low half) and o0 + 2j + 1 (high)
 #pragma unroll
     for (int o = 0; o < NO; ++o) { facc[o] = 0.f; acc[o] = 0; }
 #pragma unroll
-    for (int o = 0; o < NO / 2; ++o) hacc[o] = 0;
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int o = 0; o < NO / 2; ++o) hacc[m][o] = 0;
     // the walk, its steps constants: one loop for each part of the period (SUB = 2)
     auto walk = [&](auto part_c) {
         constexpr int V0 = decltype(part_c)::value * VS;
@@ -591,9 +624,12 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                 const int ii = i + d;
                 if (ii >= i1) break;
                 if constexpr (HALF) {
-                    const uint32_t xx = *reinterpret_cast<const uint16_t*>(xb) * 0x10001u;
+                    uint32_t xx[M];
+#pragma unroll
+                    for (int m = 0; m < M; ++m)
+                        xx[m] = *reinterpret_cast<const uint16_t*>(xb + m * xrow) * 0x10001u;
                     xb += XB;
-                    cols_steps_half<V0, VS>(ring[d], xx, lane4, hacc);
+                    cols_steps_half<V0, VS, M>(ring[d], xx, lane4, hacc);
                 } else {
                     const uint32_t xl = *xb++, xh = xl << 8;
                     cols_steps<V0, VS>(ring[d], xl, xh, lane4, acc);
@@ -605,14 +641,15 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
                 pf += nw;
                 pn += nw;
                 if (((ii + 1) & 31) == 0 || ii + 1 == i1) {  // the end of a group of inputs
-                    const float sc = *gsp++;
                     xb += 4 * gsw - 32 * XB;  // to the next slot's first input
+                    if constexpr (M > 1) continue;  // one scale a row: no flush
+                    const float sc = *gsp++;
                     if constexpr (HALF) {
 #pragma unroll
                         for (int o = 0; o < NO / 2; ++o) {
-                            facc[2 * o] = fmaf(sc, f16_bits_float(hacc[o] & 0xFFFF), facc[2 * o]);
-                            facc[2 * o + 1] = fmaf(sc, f16_bits_float(hacc[o] >> 16), facc[2 * o + 1]);
-                            hacc[o] = 0;
+                            facc[2 * o] = fmaf(sc, f16_bits_float(hacc[0][o] & 0xFFFF), facc[2 * o]);
+                            facc[2 * o + 1] = fmaf(sc, f16_bits_float(hacc[0][o] >> 16), facc[2 * o + 1]);
+                            hacc[0][o] = 0;
                         }
                     } else {
 #pragma unroll
@@ -632,14 +669,29 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
             walk(IntC<1>{});
     }
 #pragma unroll
-    for (int o = 0; o < NO; ++o) red[warp * RED_WARP + RED_LANE * lane + o0 + o] = facc[o];
-    __syncthreads();
-    for (int e = threadIdx.x; e < 2048; e += NTHC) {  // slot e / 1024, in walker order
-        const int slot = e >> 10;
-        float v = 0.f;
-        const int i = RED_LANE * ((e >> 5) & 31) + (e & 31);
-        for (int w = slot ? wa : 0; w < (slot ? W : wa); ++w) v += red[w * RED_WARP + i];
-        part[(size_t)blockIdx.x * 2048 + e] = tb == TAB ? v : __int_as_float(0x7FC00000);
+    for (int m = 0; m < M; ++m) {  // a row at a time through the walkers' shared sums
+        if (m > 0) __syncthreads();  // the row before read
+        float* r = red + warp * RED_WARP + RED_LANE * lane + o0;
+        if constexpr (M == 1) {
+#pragma unroll
+            for (int o = 0; o < NO; ++o) r[o] = facc[o];
+        } else {
+            const float sc = rowscale[m];
+#pragma unroll
+            for (int o = 0; o < NO / 2; ++o) {
+                r[2 * o] = sc * f16_bits_float(hacc[m][o] & 0xFFFF);
+                r[2 * o + 1] = sc * f16_bits_float(hacc[m][o] >> 16);
+            }
+        }
+        __syncthreads();
+        float* pm = part + ((size_t)blockIdx.x * M + m) * 2048;
+        for (int e = threadIdx.x; e < 2048; e += NTHC) {  // slot e / 1024, in walker order
+            const int slot = e >> 10;
+            float v = 0.f;
+            const int i = RED_LANE * ((e >> 5) & 31) + (e & 31);
+            for (int w = slot ? wa : 0; w < (slot ? W : wa); ++w) v += red[w * RED_WARP + i];
+            pm[e] = tb == TAB ? v : __int_as_float(0x7FC00000);
+        }
     }
     if (threadIdx.x == 0) {  // the tiles this block begins or ends (for pair_cols_sum)
         const int b = blockIdx.x, t0 = 2 * c.first, t1 = t0 + 2;  // [2t], [2t + 1]: .x, .y
@@ -650,17 +702,19 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
     }
 }
 
-// cols, step 2: out [n_out] = the sums of the blocks that meet each output's tile
-// (tile_range), × factor. A block of SUM_W warps takes one period's 32 outputs: warp w adds
-// blocks b0 + w, b0 + w + SUM_W, ... in order, warp 0 then the warps' sums in warp order
-// (a fixed order: deterministic). It lets the kernel after it launch once its wait is over.
+// cols, step 2: out [M, n_out] = the sums of the blocks that meet each output's tile
+// (tile_range), × factor; block (p, m): row m's period p. A block of SUM_W warps takes one
+// period's 32 outputs: warp w adds blocks b0 + w, b0 + w + SUM_W, ... in order, warp 0
+// then the warps' sums in warp order (a fixed order: deterministic). It lets the kernel
+// after it launch once its wait is over.
 constexpr int SUM_W = 8, SUM_B = 4;
 TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ part,
                                                    const int2* __restrict__ tile_range, Out out,
                                                    int ppb, float factor) {
     TQ_SHARED float red[SUM_W][32];
     const int p = blockIdx.x, t = p >> 5, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const size_t e = (size_t)(p & 31) * 32 + lane;  // the output's place in its tile's sums
+    const int m = blockIdx.y, M = gridDim.y;
+    const size_t e = (size_t)m * 2048 + (p & 31) * 32 + lane;  // the output's place in a part
     pdl_wait();  // the cols kernel's sums
     pdl_trigger();
     const int2 r = __ldg(tile_range + t);
@@ -671,7 +725,7 @@ TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ par
 #pragma unroll
         for (int j = 0; j < SUM_B; ++j) {  // b0 may hold the tile second, the rest first
             const int bj = b + j * SUM_W;
-            const size_t at = (size_t)bj * 2048 + (bj == b0 ? 1024 * (r.x & 1) : 0) + e;
+            const size_t at = (size_t)bj * M * 2048 + (bj == b0 ? 1024 * (r.x & 1) : 0) + e;
             pv[j] = bj <= r.y ? __ldg(part + at) : 0.f;
         }
 #pragma unroll
@@ -681,7 +735,7 @@ TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ par
     __syncthreads();
     if (w == 0) {
         for (int i = 1; i < SUM_W; ++i) v += red[i][lane];
-        put(out, 32 * group_of(p, ppb) + lane, v * factor);
+        put(out, (size_t)m * 32 * gridDim.x + 32 * group_of(p, ppb) + lane, v * factor);
     }
 }
 
@@ -689,11 +743,38 @@ TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ par
 inline size_t rows_smem(int M, int n, int rb, int nth, int gsw) {
     return (size_t)XQ_OFF + (size_t)M * (n / 32) * (gsw + 1) * 4 + (size_t)(nth / 32) * rb * M * 4;
 }
-// of a cols launch of G blocks: the table, the warps' sums, the slots a block quantizes
-inline size_t cols_smem(int n_in, int n_out, int nblocks, int gsw) {
+// cols: a block's (tile, input) units at most (G blocks)
+inline int64_t cols_per(int n_in, int n_out, int nblocks) {
     const int64_t units = (int64_t)((n_out / 32 + 31) / 32) * n_in;
-    const int64_t per = (units + nblocks - 1) / nblocks;
-    return (size_t)RED_OFF + (size_t)(NT / 32) * RED_WARP * 4 + (size_t)(per / 32 + 3) * (gsw + 1) * 4;
+    return (units + nblocks - 1) / nblocks;
+}
+// the rows a cols launch shares one decode over: up to COLS_M in the fp16 walk, where a
+// walker's range (at most per / 8 + 1 inputs of a block's per units: its share of a tile's
+// part, 16 walkers a block) is at most 513 inputs, so its fp16 sums stay below 2^11 (entries
+// below 4, inputs at most 1); else one (int8 walk, or longer ranges)
+constexpr int COLS_M = 4;
+inline int cols_rows(int M, int half, int64_t per) {
+    return half && per <= 4096 ? (M < COLS_M ? M : COLS_M) : 1;
+}
+// of a cols launch of G blocks, m rows: the table, the warps' sums, the slots a block
+// quantizes (m rows), the rows' scales
+inline size_t cols_smem(int n_in, int n_out, int nblocks, int gsw, int m) {
+    const int64_t per = cols_per(n_in, n_out, nblocks);
+    return (size_t)RED_OFF + (size_t)(NT / 32) * RED_WARP * 4 +
+           (size_t)m * ((per / 32 + 3) * (gsw + 1) + 1) * 4;
+}
+// the cols kernel instance: sub warps a walker, half (the fp16 walk), m rows (half only)
+using ColsKernel = void (*)(const uint32_t*, const uint16_t*, const uint32_t*, const void*, int,
+                            float*, int*, int, int, int, int, int);
+inline ColsKernel cols_kernel(int sub, int half, int m) {
+    if (sub == 1 && !half && m == 1) return pair_cols<1, NT, false>;
+    if (sub == 2 && !half && m == 1) return pair_cols<2, 2 * NT, false>;
+    if (!half || (sub != 1 && sub != 2)) return nullptr;
+#define TQ_COLS_M(r) \
+    if (m == r) return sub == 1 ? pair_cols<1, NT, true, r> : pair_cols<2, 2 * NT, true, r>;
+    TQ_COLS_M(1) TQ_COLS_M(2) TQ_COLS_M(3) TQ_COLS_M(4)
+#undef TQ_COLS_M
+    return nullptr;
 }
 
 #ifdef __CUDACC__
@@ -730,8 +811,9 @@ extern "C" {
 // the dynamic shared memory a launch needs at least (the tight layout; the caller checks
 // it fits the device)
 size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
-size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half) {
-    return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT);
+size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half, int M) {
+    const int m = cols_rows(M, half, cols_per(n_in, n_out, nblocks));
+    return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT, m);
 }
 
 // rows (axis 1): x [M, n] -> out [M, rows] of dtype odt (0 f32, 1 bf16, 2 f16); (M, rb, wpr,
@@ -754,34 +836,42 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
     return -1;
 }
 
-// cols (axis 0), one input row: x [n_in] -> out [n_out] of dtype odt (words [n_in, nw] with
+// cols (axis 0): x [M, n_in] -> out [M, n_out] of dtype odt (words [n_in, nw] with
 // nw = n_out·k/32); sub: warps a walker (1: 512 threads a block, 2: 1024); half: the walk in
-// packed fp16 (cols_steps_half), else int8 inputs and IDP2A; part (nblocks·2048 floats +
-// nblocks·2 ints, tiles ≤ nblocks) is the caller's scratch
+// packed fp16 (cols_steps_half), rows sharing a decode cols_rows at a time, else int8 inputs
+// and IDP2A, a row at a time; part (nblocks·(2048·min(M, 4) + 2) floats, tiles ≤ nblocks)
+// is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
-                 void* part, void* out, int odt, int n_in, int n_out, int T, int sub, int half,
-                 float factor, int nblocks, int pdl, void* stream) {
+                 void* part, void* out, int odt, int M, int n_in, int n_out, int T, int sub,
+                 int half, float factor, int nblocks, int pdl, void* stream) {
     if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
     if ((nperiods + 31) / 32 > nblocks) return -4;  // a block's units span at most two tiles
-    const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g); },
+    const int mc = cols_rows(M, half, cols_per(n_in, n_out, nblocks));
+    if (!cols_kernel(sub, half, mc)) return -1;
+    const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g, mc); },
                              half ? GSW_HALF : GSW_PAD, half ? GSW_HALF : GSW_TIGHT);
     if (!gsw) return -2;
-    const size_t smem = cols_smem(n_in, n_out, nblocks, gsw);
-    if (sub != 1 && sub != 2) return -1;
-    auto kern = sub == 1 ? (half ? pair_cols<1, NT, true> : pair_cols<1, NT, false>)
-                         : (half ? pair_cols<2, 2 * NT, true> : pair_cols<2, 2 * NT, false>);
-    const cudaError_t e = raise_smem(kern, smem);
-    if (e != cudaSuccess) return (int)e;
     float* sums = (float*)part;
-    int* tile_range = reinterpret_cast<int*>(sums + (size_t)nblocks * 2048);
-    const int rc = launch(kern, nblocks, sub * NT, smem, st, TQ_PDL_IN && pdl,
-                          (const uint32_t*)words, (const uint16_t*)scales, (const uint32_t*)table,
-                          x, dt, sums, tile_range, n_in, nperiods, ppb, gsw, nblocks);
-    return rc ? rc : launch(pair_cols_sum, nperiods, 32 * SUM_W, 0, st, pdl != 0,
-                            (const float*)sums, reinterpret_cast<const int2*>(tile_range),
-                            Out{out, odt}, ppb, factor);
+    int* tile_range = reinterpret_cast<int*>(sums + (size_t)nblocks * 2048 * mc);
+    const size_t xs = dt ? 2 : 4, os = odt ? 2 : 4;  // bytes an input, an output
+    int rc = 0;
+    for (int m0 = 0; m0 < M && !rc; m0 += mc) {
+        const int m = M - m0 < mc ? M - m0 : mc;
+        const ColsKernel kern = cols_kernel(sub, half, m);
+        const size_t smem = cols_smem(n_in, n_out, nblocks, gsw, m);
+        const cudaError_t e = raise_smem(kern, smem);
+        if (e != cudaSuccess) return (int)e;
+        rc = launch(kern, nblocks, sub * NT, smem, st, TQ_PDL_IN && pdl, (const uint32_t*)words,
+                    (const uint16_t*)scales, (const uint32_t*)table,
+                    (const void*)((const char*)x + m0 * n_in * xs), dt, sums, tile_range, n_in,
+                    nperiods, ppb, gsw, nblocks);
+        rc = rc ? rc : launch(pair_cols_sum, dim3(nperiods, m), 32 * SUM_W, 0, st, pdl != 0,
+                              (const float*)sums, reinterpret_cast<const int2*>(tile_range),
+                              Out{(char*)out + m0 * n_out * os, odt}, ppb, factor);
+    }
+    return rc;
 }
 
 }  // extern "C"
