@@ -6,7 +6,8 @@ kernels and bf16 cuBLAS, on the GPU, one run.
 
 Per shape, k and M: µs of bf16 cuBLAS, of the mul1 kernel the runtime picks (L = 12, as
 bench/trellis_gemv.py), and of the pair kernels (L = 16; rows: every block shape
-instance at that M, cols: walkers of 1 and 2 warps (M launch pairs of one row); all
+instance at that M, cols: walkers of 1 and 2 warps, int8 or fp16 (fp16: up to 4 rows a
+launch pair sharing the decode, also timed a row a call at M > 1); all
 recorded, the best reported; --quick: the default instance only, and no mul1) —
 CUDA graphs over copies whose working set exceeds 3× the L2; SASS instructions a weight
 of the pair decode loops; the packed bytes as a fraction of the measured copy rate.
@@ -101,8 +102,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="no mul1; pair rows at their default instance only")
     ap.add_argument("--ab-source", default="",
-                    help="cols: also time the best cfg with the pair library built from this "
-                         "source (an earlier pair_gemv.cu beside it), in the same run")
+                    help="also time the best cfg with the pair library built from this "
+                         "source (an earlier pair_gemv.cu beside it, the same C entries), in "
+                         "the same run")
     a = ap.parse_args()
     ks = [int(v) for v in a.ks.split(",")]
     ms = [int(v) for v in a.ms.split(",")]
@@ -128,8 +130,8 @@ def main() -> None:
         # on int8 inputs (two IDP2A a step) or in packed fp16 (one HFMA2 a step)
         for sub, half in ((1, 0), (2, 0), (1, 1), (2, 1)):
             per = 32 * (d // sub) // sub
-            s = sass_loop(lib, f"pair_colsILi{sub}ELi{512 * sub}ELb{half}E", per // (1 + half),
-                          "HFMA2" if half else "IDP")
+            s = sass_loop(lib, f"pair_colsILi{sub}ELi{512 * sub}ELb{half}ELi1E",
+                          per // (1 + half), "HFMA2" if half else "IDP")
             if s:
                 flush_ops = ("HADD2", "FFMA", "UMOV") if half else ("I2FP", "FFMA", "CS2R")
                 flush = sum(s[1].get(o, 0) for o in flush_ops)
@@ -138,6 +140,15 @@ def main() -> None:
                     "per_weight_without_flush": (s[0] - flush) / per, "ops": s[1],
                     "note": "the trip holds D copies of the once-a-32-inputs group flush "
                             f"({', '.join(flush_ops)}), branched over on the other inputs"}
+        for sub in (1, 2):  # the fp16 walk at M > 1: one decode, M rows' HFMA2
+            per = 32 * (d // sub) // sub
+            for M in range(2, pair_cuda.COLS_M + 1):
+                s = sass_loop(lib, f"pair_colsILi{sub}ELi{512 * sub}ELb1ELi{M}E", M * per // 2,
+                              "HFMA2")
+                if s:
+                    res["sass"][f"k{k} cols M{M} sub{sub} fp16"] = {
+                        "loop_instructions": s[0], "per_weight": s[0] / per,
+                        "per_weight_and_row": s[0] / per / M, "ops": s[1]}
     print(json.dumps(res["sass"]), flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
     out = HERE / "results" / f"pair_gemv-cuda{a.tag}.json"
@@ -185,7 +196,12 @@ def main() -> None:
                      "pair_vs_mul1": t_mul1 and t_mul1 / tried[best],
                      "pair_fraction_of_copy_bw": nbytes / tried[best] / bw,
                      "copies": len(copies)}
-                if axis == 0 and a.ab_source:
+                if axis == 0 and M > 1:  # the rows' decode shared against a row a call
+                    c["pair_seconds_rows_apart"] = graph_time(
+                        lambda xm=xm, d=dims, cs=copies, cf=cfg_of[best]: [
+                            pair_cuda.matvec(xm[m:m + 1], w, sc, L=L_PAIR, cfg=cf, **d)
+                            for w, sc in cs for m in range(xm.shape[0])]) / len(copies)
+                if a.ab_source:
                     with pair_source(a.ab_source):
                         c["pair_seconds_ab_source"] = graph_time(
                             lambda xm=xm, d=dims, cs=copies, cf=cfg_of[best]: [

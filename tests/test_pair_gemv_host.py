@@ -94,6 +94,21 @@ def test_rows_kernel_equals_the_reference(harnesses, tmp_path_factory, tmp_path,
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("M,n,rb", [(3, 4096, 1), (4, 8192, 2), (8, 2048, 1)])
+def test_rows_quantize_x_over_several_trips(harnesses, tmp_path_factory, tmp_path, M, n, rb):
+    """x of M × n inputs over 512 threads in 3, 8 and 4 trips of 8 inputs a thread (their
+    loads four trips at a time: a batch cut short, two whole batches, one)."""
+    k, L = 3, 12
+    exe = _exe(harnesses, tmp_path_factory, k, L)
+    rows, T = 9, 256
+    words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=M * 31 + n)
+    q, gs = quantize(x)
+    ref = np.einsum("mgj,rgj->mrg", q, w16.reshape(rows, -1, 32))
+    ref = (ref * gs[:, None, :]).sum(-1) * scales.astype(np.float64)[None, :]
+    got = run(exe, tmp_path, k, 1, words, scales, x, T, rb, 1, blocks=2, nth=512, gsw=8)
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
 def _round_to(ref: np.ndarray, odt: int) -> np.ndarray:
     """The reference as the kernel stores it: float32, then bf16 / f16 (nearest even)."""
     r = ref.astype(np.float32)

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     return 3;
   }
   // axis 0: rb = the warps of a walker (SUB); rows sharing a decode as tq_pair_cols takes them
-  const int mc = cols_rows(M, half, cols_per(n_in, n_out, blocks));
+  const int mc = cols_rows(M, half, n_in, n_out, blocks, sizeof(smem));
   std::vector<float> part((size_t)blocks * 2048 * mc);
   std::vector<int> tile_range(2 * blocks, -1);  // unwritten: a wrong range, not a lucky one
   for (int m0 = 0; m0 < M; m0 += mc) {

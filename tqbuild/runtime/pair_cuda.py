@@ -55,7 +55,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P] + [_I] * 7 + [_F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
-    "tq_pair_cols_smem": (_Z, [_I] * 5)}
+    "tq_pair_cols_smem": (_Z, [_I] * 4)}
 
 
 def _flags(k: int, L: int) -> list[str]:
@@ -125,7 +125,7 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
         blocks = _sm_count(_index(x))
         if (out_features // 32 + 31) // 32 > blocks:
             return False  # a block's units would span more than two tiles (tq_pair_cols: −4)
-        need = lib.tq_pair_cols_smem(in_features, out_features, blocks, COLS_CFG[1], M)
+        need = lib.tq_pair_cols_smem(in_features, out_features, blocks, COLS_CFG[1])  # a row
     return need <= trellis_cuda.SMEM_LIMIT
 
 

@@ -181,44 +181,59 @@ TQ_DEV void load_table(const uint32_t* table, char* base) {
 // slot j = s % ns holds group ga + j (j < na) or j − na (the cols kernel's second tile,
 // from input 0); its int8 q at xq + s·gsw (8 words, input 4i + b in byte b of word i), its
 // scale at gs[s]. rs: the inputs times their stored rows' fp16 scales first (cols).
-// 8 inputs a thread, whole warps a trip (quant8's shuffles). HALF (pair_cols in fp16): a
+// 8 inputs a thread, whole warps a trip (quant8's shuffles), the loads of QB trips issued
+// together (pair_rows at 512 threads: M = 4 × 8192 takes 8 trips). HALF (pair_cols in fp16): a
 // slot holds 32 fp16 of the inputs / the group's largest |input| (16 words), its scale that
 // largest |input| · 2^13 (the table's fp16 entries are the int16 ones · 2^-13).
-template <bool HALF = false>
+template <bool HALF = false, int QB = 1>
 TQ_DEV void quantize_slots(const void* x, int dt, int M, int n, int ga, int na, int ns,
                            const uint16_t* rs, uint32_t* xq, int gsw, float* gs, int nth) {
     const int chunks = 4 * M * ns;
-    for (int c0 = 0; c0 < chunks; c0 += nth) {
-        const int c = c0 + (int)threadIdx.x;
-        const bool in = c < chunks;
-        const int s = in ? c >> 2 : 0, m = s / ns, j = s - m * ns;
-        const int i0 = 32 * (j < na ? ga + j : j - na) + 8 * (c & 3);
-        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        if (in) load8(x, dt, (size_t)m * n + i0, v);
-        if (in && rs) {
+    for (int c00 = 0; c00 < chunks; c00 += QB * nth) {
+        float v[QB][8];
+        int i0[QB], sl[QB];
 #pragma unroll
-            for (int b = 0; b < 8; ++b) v[b] = __fmul_rn(v[b], half_of(rs, i0 + b));
+        for (int t = 0; t < QB; ++t) {
+            const int c = c00 + t * nth + (int)threadIdx.x;
+            const bool in = c < chunks;
+            const int s = in ? c >> 2 : 0, m = s / ns, j = s - m * ns;
+            i0[t] = 32 * (j < na ? ga + j : j - na) + 8 * (c & 3);
+            sl[t] = in ? c : -1;
+#pragma unroll
+            for (int b = 0; b < 8; ++b) v[t][b] = 0.f;
+            if (in) load8(x, dt, (size_t)m * n + i0[t], v[t]);
         }
-        if constexpr (HALF) {
-            bool bad;
-            const float a = group_absmax(v, bad);
-            const bool ok = a > 0.f && !bad && !isinf(a);
-            const float inv = ok ? __fdiv_rn(1.f, a) : 0.f;
-            uint32_t h[4];
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                h[j] = f16_bits(__fmul_rn(v[2 * j], inv)) | f16_bits(__fmul_rn(v[2 * j + 1], inv)) << 16;
-            if (!in) continue;
-            *reinterpret_cast<uint4*>(xq + s * gsw + 4 * (c & 3)) = make_uint4(h[0], h[1], h[2], h[3]);
-            if ((c & 3) == 0) gs[s] = bad ? __int_as_float(0x7FC00000) : __fmul_rn(a, 8192.f);
-        } else {
-            int q[8];
-            float scale;
-            int unused;
-            quant8(v, q, scale, unused);
-            if (!in) continue;
-            *reinterpret_cast<uint2*>(xq + s * gsw + 2 * (c & 3)) = pack8(q);
-            if ((c & 3) == 0) gs[s] = scale;
+        for (int t = 0; t < QB; ++t) {
+            if (c00 + t * nth >= chunks) break;  // the same for the whole block: no lane left out
+            const int c = sl[t], s = c >> 2;
+            const bool in = c >= 0;
+            if (in && rs) {
+#pragma unroll
+                for (int b = 0; b < 8; ++b) v[t][b] = __fmul_rn(v[t][b], half_of(rs, i0[t] + b));
+            }
+            if constexpr (HALF) {
+                bool bad;
+                const float a = group_absmax(v[t], bad);
+                const bool ok = a > 0.f && !bad && !isinf(a);
+                const float inv = ok ? __fdiv_rn(1.f, a) : 0.f;
+                uint32_t h[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    h[j] = f16_bits(__fmul_rn(v[t][2 * j], inv)) |
+                           f16_bits(__fmul_rn(v[t][2 * j + 1], inv)) << 16;
+                if (!in) continue;
+                *reinterpret_cast<uint4*>(xq + s * gsw + 4 * (c & 3)) = make_uint4(h[0], h[1], h[2], h[3]);
+                if ((c & 3) == 0) gs[s] = bad ? __int_as_float(0x7FC00000) : __fmul_rn(a, 8192.f);
+            } else {
+                int q[8];
+                float scale;
+                int unused;
+                quant8(v[t], q, scale, unused);
+                if (!in) continue;
+                *reinterpret_cast<uint2*>(xq + s * gsw + 2 * (c & 3)) = pack8(q);
+                if ((c & 3) == 0) gs[s] = scale;
+            }
         }
     }
 }
@@ -359,7 +374,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
     load_table<NTH>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL; the words on their way)
     pdl_trigger();  // after the wait: a kernel launched early may rely on all before this one
-    quantize_slots(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
+    quantize_slots<false, NTH == 512 ? 4 : 1>(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     if (tb != TAB) {  // the layout's premise (dynamic shared memory at 0x400) does not hold
@@ -748,20 +763,23 @@ inline int64_t cols_per(int n_in, int n_out, int nblocks) {
     const int64_t units = (int64_t)((n_out / 32 + 31) / 32) * n_in;
     return (units + nblocks - 1) / nblocks;
 }
-// the rows a cols launch shares one decode over: up to COLS_M in the fp16 walk, where a
-// walker's range (at most per / 8 + 1 inputs of a block's per units: its share of a tile's
-// part, 16 walkers a block) is at most 513 inputs, so its fp16 sums stay below 2^11 (entries
-// below 4, inputs at most 1); else one (int8 walk, or longer ranges)
-constexpr int COLS_M = 4;
-inline int cols_rows(int M, int half, int64_t per) {
-    return half && per <= 4096 ? (M < COLS_M ? M : COLS_M) : 1;
-}
 // of a cols launch of G blocks, m rows: the table, the warps' sums, the slots a block
 // quantizes (m rows), the rows' scales
 inline size_t cols_smem(int n_in, int n_out, int nblocks, int gsw, int m) {
     const int64_t per = cols_per(n_in, n_out, nblocks);
     return (size_t)RED_OFF + (size_t)(NT / 32) * RED_WARP * 4 +
            (size_t)m * ((per / 32 + 3) * (gsw + 1) + 1) * 4;
+}
+// the rows a cols launch shares one decode over: up to COLS_M in the fp16 walk, where a
+// walker's range (at most per / 8 + 1 inputs of a block's per units: its share of a tile's
+// part, 16 walkers a block) is at most 513 inputs, so its fp16 sums stay below 2^11 (entries
+// below 4, inputs at most 1), as many as fit `limit` bytes of shared memory; else one (the
+// int8 walk, or longer ranges)
+constexpr int COLS_M = 4;
+inline int cols_rows(int M, int half, int n_in, int n_out, int nblocks, size_t limit) {
+    int m = half && cols_per(n_in, n_out, nblocks) <= 4096 ? (M < COLS_M ? M : COLS_M) : 1;
+    while (m > 1 && cols_smem(n_in, n_out, nblocks, GSW_HALF, m) > limit) --m;
+    return m;
 }
 // the cols kernel instance: sub warps a walker, half (the fp16 walk), m rows (half only)
 using ColsKernel = void (*)(const uint32_t*, const uint16_t*, const uint32_t*, const void*, int,
@@ -780,15 +798,19 @@ inline ColsKernel cols_kernel(int sub, int half, int m) {
 #ifdef __CUDACC__
 namespace {
 // the padded group layout where it fits the device, else the tight one (0: neither)
-template <typename F>
-int pick_gsw(F need, int pad = GSW_PAD, int tight = GSW_TIGHT) {
+size_t smem_limit() {  // the dynamic shared memory a block may opt in to
     static int limit = 0;
     if (!limit) {
         int dev = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     }
-    return need(pad) <= (size_t)limit ? pad : need(tight) <= (size_t)limit ? tight : 0;
+    return (size_t)limit;
+}
+template <typename F>
+int pick_gsw(F need, int pad = GSW_PAD, int tight = GSW_TIGHT) {
+    const size_t limit = smem_limit();
+    return need(pad) <= limit ? pad : need(tight) <= limit ? tight : 0;
 }
 
 template <int M, int RB, int WPR, int NTH>
@@ -811,9 +833,8 @@ extern "C" {
 // the dynamic shared memory a launch needs at least (the tight layout; the caller checks
 // it fits the device)
 size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
-size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half, int M) {
-    const int m = cols_rows(M, half, cols_per(n_in, n_out, nblocks));
-    return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT, m);
+size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half) {  // of one row
+    return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT, 1);
 }
 
 // rows (axis 1): x [M, n] -> out [M, rows] of dtype odt (0 f32, 1 bf16, 2 f16); (M, rb, wpr,
@@ -839,8 +860,8 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
 // cols (axis 0): x [M, n_in] -> out [M, n_out] of dtype odt (words [n_in, nw] with
 // nw = n_out·k/32); sub: warps a walker (1: 512 threads a block, 2: 1024); half: the walk in
 // packed fp16 (cols_steps_half), rows sharing a decode cols_rows at a time, else int8 inputs
-// and IDP2A, a row at a time; part (nblocks·(2048·min(M, 4) + 2) floats, tiles ≤ nblocks)
-// is the caller's scratch
+// and IDP2A, a row at a time; part (nblocks·(2048·min(M, COLS_M) + 2) floats, tiles ≤
+// nblocks) is the caller's scratch
 int tq_pair_cols(const void* words, const void* scales, const void* table, const void* x, int dt,
                  void* part, void* out, int odt, int M, int n_in, int n_out, int T, int sub,
                  int half, float factor, int nblocks, int pdl, void* stream) {
@@ -848,7 +869,7 @@ int tq_pair_cols(const void* words, const void* scales, const void* table, const
     auto st = (cudaStream_t)stream;
     const int ppb = T / 32, nperiods = n_out / 32;
     if ((nperiods + 31) / 32 > nblocks) return -4;  // a block's units span at most two tiles
-    const int mc = cols_rows(M, half, cols_per(n_in, n_out, nblocks));
+    const int mc = cols_rows(M, half, n_in, n_out, nblocks, smem_limit());
     if (!cols_kernel(sub, half, mc)) return -1;
     const int gsw = pick_gsw([&](int g) { return cols_smem(n_in, n_out, nblocks, g, mc); },
                              half ? GSW_HALF : GSW_PAD, half ? GSW_HALF : GSW_TIGHT);
