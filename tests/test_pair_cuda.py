@@ -58,6 +58,17 @@ def test_rows_instances_match_the_library_source():
     assert all((M, *c) in found for M, c in pair_cuda.ROWS_CFG.items())
 
 
+def test_cols_rows_a_launch_match_the_library_source():
+    """pair_cuda sizes the cols scratch for COLS_M rows a launch: the C side's COLS_M, the
+    rows it shares a decode over, must be the same (a larger one would write past it)."""
+    import re
+
+    from tqbuild.runtime import pair_cuda
+
+    found = re.findall(r"constexpr int COLS_M = (\d+);", pair_cuda.SOURCE.read_text())
+    assert found == [str(pair_cuda.COLS_M)]
+
+
 def test_ctypes_signatures_match_the_c_declarations():
     """Every entry point's ctypes argument list is its C parameter list (a mismatch was
     once found only on a GPU)."""
