@@ -36,28 +36,32 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--m", type=int, default=1, help="tokens (rows of x)")
+    ap.add_argument("--only", default="", help="comma-separated of pair_rows, mul1_rows, "
+                    "pair_cols_int8, pair_cols_fp16, mul1_cols, affine (default: all)")
     a = ap.parse_args()
     k, M = a.k, a.m
     g = torch.Generator(device="cuda").manual_seed(0)
-    runs = []
+    runs: dict = {}
     x = torch.randn(M, 8192, device="cuda", dtype=torch.bfloat16, generator=g)
     w, s = packed(8192, 8192, k, g)
     d = dict(k=k, T=T, axis=1, out_features=8192, in_features=8192)
-    runs.append(lambda: pair_cuda.matvec(x, w, s, L=16, **d))
-    runs.append(lambda: tc.matvec(x, w, s, code="mul1", L=12, **d))
+    runs["pair_rows"] = lambda: pair_cuda.matvec(x, w, s, L=16, **d)
+    runs["mul1_rows"] = lambda: tc.matvec(x, w, s, code="mul1", L=12, **d)
     xc = torch.randn(M, 17408, device="cuda", dtype=torch.bfloat16, generator=g)
     wc, sc = packed(17408, 5120, k, g)
     dc = dict(k=k, T=T, axis=0, out_features=5120, in_features=17408)
-    runs += [lambda half=half: pair_cuda.matvec(xc, wc, sc, L=16, cfg=(1, half), **dc)
-             for half in (0, 1)]
-    runs.append(lambda: tc.matvec(xc, wc, sc, code="mul1", L=12, **dc))
+    for name, half in (("pair_cols_int8", 0), ("pair_cols_fp16", 1)):
+        runs[name] = lambda half=half: pair_cuda.matvec(xc, wc, sc, L=16, cfg=(1, half), **dc)
+    runs["mul1_cols"] = lambda: tc.matvec(xc, wc, sc, code="mul1", L=12, **dc)
     xa = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
     wa = torch.randint(-2**31, 2**31 - 1, (6144, 4096 // 8), device="cuda", dtype=torch.int32,
                        generator=g)
     sa = torch.rand(6144, 4096 // 64, device="cuda", generator=g).bfloat16()
     ba = torch.rand(6144, 4096 // 64, device="cuda", generator=g).bfloat16()
-    runs.append(lambda: affine_cuda.matmul(xa, wa, sa, ba, 4, 64, 6144))
-    for f in runs:
+    runs["affine"] = lambda: affine_cuda.matmul(xa, wa, sa, ba, 4, 64, 6144)
+    if a.only:
+        runs = {n: runs[n] for n in a.only.split(",")}
+    for f in runs.values():
         f()
         f()
     torch.cuda.synchronize()
