@@ -205,10 +205,10 @@ def test_cols_kernel_in_fp16_is_within_the_int8_kernels_error(harnesses, tmp_pat
     assert err_half < err_int8, (err_half, err_int8)
 
 
-@pytest.mark.parametrize("kl", CASES)
-@pytest.mark.parametrize("M,n_in,n_out,T,blocks,sub", [
-    (4, 96, 1536, 256, 5, 1), (2, 64, 512, 64, 3, 1), (3, 160, 1024, 256, 2, 2),
-    (6, 32, 2048, 256, 72, 1), (4, 160, 1024, 256, 2, 1)])
+@pytest.mark.parametrize("kl,M,n_in,n_out,T,blocks,sub", [
+    *((kl, 4, 96, 1536, 256, 5, 1) for kl in CASES),  # every k once, the other shapes at k = 3
+    *((CASES[1], *c) for c in [(2, 64, 512, 64, 3, 1), (3, 160, 1024, 256, 2, 2),
+                               (6, 32, 2048, 256, 72, 1), (4, 160, 1024, 256, 2, 1)])])
 def test_cols_rows_share_one_decode_within_the_fp16_error(harnesses, tmp_path_factory, tmp_path,
                                                           kl, M, n_in, n_out, T, blocks, sub):
     """pair_cols at M > 1 in packed fp16: one decode for up to 4 rows (6 rows: 4, then 2),
