@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Session 30's second call: (1) the rows kernel at M = 2, 4 with every instance (not --quick)
 # on 8192² and gate at k = 3, 4, beside the same rows in packed fp16 (--ab-source: session
-# 28's cc3dec6 applied to every rows instance, bench/device/pair_gemv_s30fp16rows.cu, made in
-# session 30, untracked) — 8192² at M = 4 is the shape short of 2× bf16; (2) what its warps stall on (ncu's
+# 28's cc3dec6 applied to every rows instance, written by bench/device/fp16_rows_variant.py)
+# — 8192² at M = 4 is the shape short of 2× bf16; (2) what its warps stall on (ncu's
 # per-reason stall metrics; the sections gave no breakdown in call 1); (3) the 8B-shaped
 # decode, bf16 / affine-4 / p3 / p3g in one process at the 128-slot cache.   TAG, END_S.
-#   bash bench/device/s30c.sh (carry .whl)
+# KS, MS: the table's k and M (s30d.sh: 3 and 4).   bash bench/device/s30c.sh (carry .whl)
 source bench/device/env.sh
 : "${END_S:=540}"
 TAG=${TAG:--s30c}
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
-cp bench/device/pair_gemv_s30fp16rows.cu tqbuild/runtime/pair_gemv_s30fp16rows.cu
-timeout 200 python3 bench/pair_gemv.py --ks 3,4 --ms 4,2 --shapes 8192x8192,gate \
+python3 bench/device/fp16_rows_variant.py tqbuild/runtime/pair_gemv_s30fp16rows.cu || exit
+timeout 200 python3 bench/pair_gemv.py --ks "${KS:-3,4}" --ms "${MS:-4,2}" --shapes 8192x8192,gate \
   --ab-source tqbuild/runtime/pair_gemv_s30fp16rows.cu --tag="$TAG-rows" 2>&1 \
   | tee "$OUT/rows$TAG.log" | grep -v Warn | cut -c1-700
 cp "bench/results/pair_gemv-cuda$TAG-rows.json" "$OUT/" 2>/dev/null
