@@ -101,6 +101,9 @@ def main() -> None:
     ap.add_argument("--tag", default="")
     ap.add_argument("--quick", action="store_true",
                     help="no mul1; pair rows at their default instance only")
+    ap.add_argument("--no-mul1", action="store_true", help="every pair instance, but no mul1")
+    ap.add_argument("--ab-all", action="store_true",
+                    help="time every instance tried with --ab-source, not the best only")
     ap.add_argument("--ab-source", default="",
                     help="also time the best cfg with the pair library built from this "
                          "source (an earlier pair_gemv.cu beside it, the same C entries), in "
@@ -166,7 +169,8 @@ def main() -> None:
             for M in ms:
                 xm = torch.randn(M, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
                 dims = dict(k=k, T=T, axis=axis, out_features=out_f, in_features=in_f)
-                t_mul1 = None if a.quick else graph_time(lambda xm=xm, d=dims, cs=copies: [
+                no_mul1 = a.quick or a.no_mul1
+                t_mul1 = None if no_mul1 else graph_time(lambda xm=xm, d=dims, cs=copies: [
                     tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs]
                 ) / len(copies)
                 tried = {}
@@ -208,7 +212,13 @@ def main() -> None:
                                 pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=cf, **d)
                                 for w, sc in cs]) / len(copies)
                     c["ab_source"] = a.ab_source
-                if axis == 0 and not a.quick:  # the split sum's share of a cols call
+                    if a.ab_all:
+                        with pair_source(a.ab_source):
+                            c["pair_tried_ab_source"] = {str(cf): graph_time(
+                                lambda xm=xm, d=dims, cs=copies, cf=cf: [
+                                    pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=cf, **d)
+                                    for w, sc in cs]) / len(copies) for cf in cfgs}
+                if axis == 0 and not no_mul1:  # the split sum's share of a cols call
                     c["kernel_seconds"] = {
                         "mul1": kernel_times(lambda xm=xm, d=dims, cs=copies: [
                             tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs],
