@@ -102,6 +102,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="no mul1; pair rows at their default instance only")
     ap.add_argument("--no-mul1", action="store_true", help="every pair instance, but no mul1")
+    ap.add_argument("--no-sass", action="store_true", help="no SASS counts of the decode loops")
     ap.add_argument("--ab-all", action="store_true",
                     help="time every instance tried with --ab-source, not the best only")
     ap.add_argument("--ab-source", default="",
@@ -119,7 +120,7 @@ def main() -> None:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     bw = copy_bandwidth()
     res["copy_bytes_per_s"] = bw
-    for k in ks:
+    for k in [] if a.no_sass else ks:
         pair_cuda.library(k, L_PAIR)
         lib = nvcc.built_path(pair_cuda.SOURCE, pair_cuda._flags(k, L_PAIR))  # as built
         for M, cfgs in ROWS_CFGS.items():

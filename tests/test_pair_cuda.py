@@ -102,7 +102,7 @@ def test_rows_kernel_equals_the_reference(k, L, M, cfg):
     from tqbuild.runtime import pair_cuda
 
     g = np.random.default_rng(k * 1000 + L * 10 + M)
-    rows, n, T = 300, 10240 if M == 8 else 1024, 256  # M = 8 × 10240: the tight layout
+    rows, n, T = 300, 8192 if M == 8 else 1024, 256  # M = 8 × 8192: the tight layout
     words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
     scales = (g.random(rows) + 0.5).astype(np.float16)
     x = torch.from_numpy(g.standard_normal((M, n)).astype(np.float32)).bfloat16()

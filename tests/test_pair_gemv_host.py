@@ -109,6 +109,23 @@ def test_rows_quantize_x_over_several_trips(harnesses, tmp_path_factory, tmp_pat
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("M,rb,n,rows", [(1, 2, 1024, 200), (2, 2, 2048, 203),
+                                         (4, 2, 1536, 101), (3, 1, 1024, 70)])
+def test_rows_warp_streams_many_units(harnesses, tmp_path_factory, tmp_path, M, rb, n, rows):
+    """One block of 16 warps, each with several row units (chunks of rb rows, then single
+    rows): its period stream crosses unit ends with two or three slots in flight, and (n =
+    1536) a last item that leaves lanes without a period."""
+    k, L = 3, 16
+    exe = _exe(harnesses, tmp_path_factory, k, L)
+    T = 256
+    words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=M * 7 + n + rows)
+    q, gs = quantize(x)
+    ref = np.einsum("mgj,rgj->mrg", q, w16.reshape(rows, -1, 32))
+    ref = (ref * gs[:, None, :]).sum(-1) * scales.astype(np.float64)[None, :]
+    got = run(exe, tmp_path, k, 1, words, scales, x, T, rb, 1, blocks=1, nth=512, gsw=12)
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
 def _round_to(ref: np.ndarray, odt: int) -> np.ndarray:
     """The reference as the kernel stores it: float32, then bf16 / f16 (nearest even)."""
     r = ref.astype(np.float32)

@@ -2,7 +2,7 @@
 // built with -DTQ_K=k -DTQ_L=L. usage: pair_host IN OUT — IN: int32 axis, M, rows (axis 1:
 // output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb,
 // wpr, blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
-// threads a block), gsw (words a quantized group: rows 12 padded, 8 tight, as rows_gsw), odt (the output's dtype: 0 f32, 1 bf16,
+// threads a block), gsw (words a quantized group), odt (the output's dtype: 0 f32, 1 bf16,
 // 2 f16), half (axis 0: the walk in packed fp16), then words [rows, n·k/32] u32, scales [rows]
 // f16 bits (u16), the table [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype
 // odt (× the table's unit).
@@ -52,10 +52,9 @@ int main(int argc, char** argv) {
     const auto* W = w.data();
     const auto* S = s.data();
     const auto* Tb = tab.data();
-    const int rgsw = rows_gsw(M, gsw == GSW_TIGHT);
 #define TQ_PAIR_ROWS(m, r, p, t)                                                   \
     if (M == m && rb == r && wpr == p && nth == t)                                 \
-      return rows<m, r, p, t>(W, S, Tb, x.data(), O, nrows, n, T, rgsw, blocks), \
+      return rows<m, r, p, t>(W, S, Tb, x.data(), O, nrows, n, T, gsw, blocks), \
              write(argv[2], out, odt);
     TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS

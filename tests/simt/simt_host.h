@@ -45,9 +45,6 @@ struct uint2 {
 struct float4 {
   float x, y, z, w;
 };
-struct float2 {
-  float x, y;
-};
 inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
 struct int2 {
   int x, y;

@@ -80,15 +80,13 @@ constexpr int XQ_OFF = TAB_OFF + TAB_WORDS * 4;  // pair_rows: x quantized, afte
 // words a quantized group of 32 inputs takes in shared memory: 8 of int8 q, padded to 12
 // where it fits (a warp's two LDS.128 of 32 different groups then hit every bank once)
 constexpr int GSW_PAD = 12, GSW_TIGHT = 8;
-// pair_rows keeps x group-major: group g's M rows of int8 q side by side in a block of
-// rows_gsw words (8M, padded to 8M + 4 where it fits: a block stride of 4 mod 8 words keeps a
-// quarter warp's LDS.128 of 8 groups on distinct banks), so a period's M groups are one
-// address plus constant offsets; their scales at gs[g·M + m] (one 16-byte load at M = 4)
-__host__ __device__ constexpr int rows_gsw(int M, bool tight) { return 8 * M + (tight ? 0 : 4); }
 #ifndef TQ_PAIR_COLS_D
 #define TQ_PAIR_COLS_D 4  // pair_cols: inputs' words in flight a walker (SUB = 2: D / 2 a warp)
 #endif
 constexpr int COLS_D = TQ_PAIR_COLS_D;
+#ifndef TQ_PAIR_ROWS_D
+#define TQ_PAIR_ROWS_D 3  // pair_rows (one warp a row group, 512 threads): periods in flight a lane
+#endif
 constexpr int GSW_HALF = 16;  // pair_cols in fp16: words a group of 32 inputs takes (halves)
 #ifndef TQ_PDL_IN
 #define TQ_PDL_IN 0  // 1: pair_rows and pair_cols launched with programmatic dependent launch
@@ -185,13 +183,12 @@ TQ_DEV void load_table(const uint32_t* table, char* base) {
 // Slots s of groups of 32 inputs, quantized into shared memory: for input row m = s / ns,
 // slot j = s % ns holds group ga + j (j < na) or j − na (the cols kernel's second tile,
 // from input 0); its int8 q at xq + s·gsw (8 words, input 4i + b in byte b of word i), its
-// scale at gs[s] (GM > 0, pair_rows' group-major layout for GM = M rows: q at xq + j·gsw +
-// 8m, scale at gs[j·GM + m]). rs: the inputs times their stored rows' fp16 scales first (cols).
+// scale at gs[s]. rs: the inputs times their stored rows' fp16 scales first (cols).
 // 8 inputs a thread, whole warps a trip (quant8's shuffles), the loads of QB trips issued
 // together (pair_rows at 512 threads: M = 4 × 8192 takes 8 trips). HALF (pair_cols in fp16): a
 // slot holds 32 fp16 of the inputs / the group's largest |input| (16 words), its scale that
 // largest |input| · 2^13 (the table's fp16 entries are the int16 ones · 2^-13).
-template <bool HALF = false, int QB = 1, int GM = 0>
+template <bool HALF = false, int QB = 1>
 TQ_DEV void quantize_slots(const void* x, int dt, int M, int n, int ga, int na, int ns,
                            const uint16_t* rs, uint32_t* xq, int gsw, float* gs, int nth) {
     const int chunks = 4 * M * ns;
@@ -237,14 +234,8 @@ TQ_DEV void quantize_slots(const void* x, int dt, int M, int n, int ga, int na, 
                 int unused;
                 quant8(v[t], q, scale, unused);
                 if (!in) continue;
-                int qo = s * gsw, so = s;
-                if constexpr (GM > 0) {
-                    const int m = s / ns, j = s - m * ns;
-                    qo = j * gsw + 8 * m;
-                    so = j * GM + m;
-                }
-                *reinterpret_cast<uint2*>(xq + qo + 2 * (c & 3)) = pack8(q);
-                if ((c & 3) == 0) gs[so] = scale;
+                *reinterpret_cast<uint2*>(xq + s * gsw + 2 * (c & 3)) = pack8(q);
+                if ((c & 3) == 0) gs[s] = scale;
             }
         }
     }
@@ -285,27 +276,6 @@ TQ_DEV float warp_sums(const float (&v)[V], int lane, int& idx) {
     return r;
 }
 
-// the M scales of a group (pair_rows' group-major layout: 16-byte aligned where M % 4 == 0)
-template <int M>
-TQ_DEV void group_scales(const float* src, float (&sc)[M]) {
-    if constexpr (M % 4 == 0) {
-#pragma unroll
-        for (int m = 0; m < M; m += 4) {
-            const float4 v = reinterpret_cast<const float4*>(src)[m / 4];
-            sc[m] = v.x; sc[m + 1] = v.y; sc[m + 2] = v.z; sc[m + 3] = v.w;
-        }
-    } else if constexpr (M % 2 == 0) {
-#pragma unroll
-        for (int m = 0; m < M; m += 2) {
-            const float2 v = reinterpret_cast<const float2*>(src)[m / 2];
-            sc[m] = v.x; sc[m + 1] = v.y;
-        }
-    } else {
-#pragma unroll
-        for (int m = 0; m < M; ++m) sc[m] = src[m];
-    }
-}
-
 // one period of RB rows (words w) against the group it meets: facc += its scale · Σ
 // (nothing where !on: the sums of a lane without a period, made without a branch)
 template <int M, int RB>
@@ -313,10 +283,9 @@ TQ_DEV void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb, int ng, 
                         const uint32_t* xq, const float* gs, uint32_t lane4,
                         float (&facc)[RB][M], bool on = true) {
     const int g = group_of(p, ppb);
-    const uint32_t* xg = xq + g * gsw;  // the M rows' groups: group-major (rows_gsw)
     uint32_t xw[M][8];
 #pragma unroll
-    for (int m = 0; m < M; ++m) group_words(xg + 8 * m, xw[m]);
+    for (int m = 0; m < M; ++m) group_words(xq + (m * ng + g) * gsw, xw[m]);
     int acc[RB][M];
 #pragma unroll
     for (int r = 0; r < RB; ++r)
@@ -333,11 +302,9 @@ TQ_DEV void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb, int ng, 
                                     : dp2a_hi(e, xw[m][7 - (v >> 1)], acc[r][m]);
         }
     }
-    float sc[M];
-    group_scales<M>(gs + g * M, sc);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-        const float gm = on ? sc[m] : 0.f;
+        const float gm = on ? gs[m * ng + g] : 0.f;
 #pragma unroll
         for (int r = 0; r < RB; ++r) facc[r][m] = fmaf(gm, (float)acc[r][m], facc[r][m]);
     }
@@ -356,7 +323,7 @@ TQ_DEV void reload(uint32_t (&slot)[RB][K + 1], const uint32_t* const (&wrow)[RB
 }  // namespace
 
 // x [M, n] (dtype 0 f32, 1 bf16, 2 f16) -> out [M, rows] (· row scale · factor, in out's dtype);
-// gsw: rows_gsw(M, padded or tight: what fits)
+// gsw: GSW_PAD or GSW_TIGHT (what fits)
 template <int M, int RB, int WPR, int NTH>
 TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
                                         const uint16_t* __restrict__ scales,
@@ -366,16 +333,19 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
     TQ_DYN_SMEM;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ng = n >> 5, nw = ng * K;
-    uint32_t* xq = reinterpret_cast<uint32_t*>(smem + XQ_OFF);  // [ng][gsw]: [M][8] a group
-    float* gs = reinterpret_cast<float*>(xq + ng * gsw);        // [ng][M]
+    uint32_t* xq = reinterpret_cast<uint32_t*>(smem + XQ_OFF);  // [M][ng][gsw]
+    float* gs = reinterpret_cast<float*>(xq + M * ng * gsw);    // [M][ng]
     float* red = gs + M * ng;                                   // [warps][RB·M]
     constexpr int RGB = NTH / 32 / WPR;  // row groups a block
     const int rg = warp / WPR, wr = warp - rg * WPR, S = WPR * 32, p0 = wr * 32 + lane;
     const int nrg = (rows + RB - 1) / RB, b_first = blockIdx.x * RGB;
-    // two periods' words in flight a lane (slots wa, wb), each reloaded once decoded;
+    // two periods' words in flight a lane (slots wa, wb; RD = 3 where WPR == 1 at 512
+    // threads: a third, wc), each reloaded once decoded;
     // the first row group's asked for before the table and x are ready
     const uint32_t* wrow[RB];
-    uint32_t wa[RB][K + 1], wb[RB][K + 1];
+    uint32_t wa[RB][K + 1], wb[RB][K + 1], wc[RB][K + 1];
+    constexpr int RD = WPR == 1 && NTH == 512 ? TQ_PAIR_ROWS_D : 2;
+    static_assert(RD == 2 || RD == 3, "two or three periods in flight");
     auto start = [&](int r0) {
         start_row_words<RB, K + 1, load_words>(words, r0, rows, nw, p0, S, ng, ppb, wrow, wa, wb);
     };
@@ -404,15 +374,17 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
         next(lu, lit);
         load_item(lu, lit, wb);
         next(lu, lit);
+        if constexpr (RD == 3) {
+            load_item(lu, lit, wc);
+            next(lu, lit);
+        }
     } else {
         start((b_first + rg) * RB);
     }
     load_table<NTH>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL; the words on their way)
     pdl_trigger();  // after the wait: a kernel launched early may rely on all before this one
-    // (one row: the group-major layout is the slot-major one; GM = 0 skips its index math)
-    quantize_slots<false, NTH == 512 ? 4 : 1, (M > 1 ? M : 0)>(x, dt, M, n, 0, ng, ng, nullptr, xq,
-                                                              gsw, gs, NTH);
+    quantize_slots<false, NTH == 512 ? 4 : 1>(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
     if (tb != TAB) {  // the layout's premise (dynamic shared memory at 0x400) does not hold
@@ -453,10 +425,14 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
             }
             next(du, dit);
         };
-        for (int f = 0; f < nu * nit; f += 2) {
+        for (int f = 0; f < nu * nit; f += RD) {
             item(wa);
             if (f + 1 == nu * nit) break;
             item(wb);
+            if constexpr (RD == 3) {
+                if (f + 2 == nu * nit) break;
+                item(wc);
+            }
         }
     } else {
         for (int b0 = b_first; b0 < nrg; b0 += nblocks * RGB) {
@@ -794,7 +770,7 @@ TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ par
 
 // dynamic shared memory of a rows launch: the table, x quantized, the warps' sums
 inline size_t rows_smem(int M, int n, int rb, int nth, int gsw) {
-    return (size_t)XQ_OFF + (size_t)(n / 32) * (gsw + M) * 4 + (size_t)(nth / 32) * rb * M * 4;
+    return (size_t)XQ_OFF + (size_t)M * (n / 32) * (gsw + 1) * 4 + (size_t)(nth / 32) * rb * M * 4;
 }
 // cols: a block's (tile, input) units at most (G blocks)
 inline int64_t cols_per(int n_in, int n_out, int nblocks) {
@@ -855,8 +831,7 @@ template <int M, int RB, int WPR, int NTH>
 int rows_launch(const uint32_t* w, const uint16_t* s, const uint32_t* t, const void* x, int dt,
                 Out out, int rows, int n, int ppb, float factor, int nblocks, bool pdl,
                 cudaStream_t st) {
-    const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g); },
-                             rows_gsw(M, false), rows_gsw(M, true));
+    const int gsw = pick_gsw([&](int g) { return rows_smem(M, n, RB, NTH, g); });
     if (!gsw) return -2;
     const size_t smem = rows_smem(M, n, RB, NTH, gsw);
     auto kern = pair_rows<M, RB, WPR, NTH>;
@@ -871,9 +846,7 @@ extern "C" {
 
 // the dynamic shared memory a launch needs at least (the tight layout; the caller checks
 // it fits the device)
-size_t tq_pair_rows_smem(int M, int n, int rb, int nth) {
-    return rows_smem(M, n, rb, nth, rows_gsw(M, true));
-}
+size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
 size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half) {  // of one row
     return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT, 1);
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Session 31's second call: pair_rows (one warp a row group, 512 threads) with three periods'
+# words in flight a lane instead of two (TQ_PAIR_ROWS_D; the first call's ncu put long-
+# scoreboard first among the M = 4 stalls, 1.43 cycles an issue). (1) GPU tests of the rows
+# kernel at k = 3, 4 (every instance) and the linear layer; (2) every rows instance at M = 4,
+# 2 on 8192² and gate, k = 3, 4, the best also with 43fcdb1's source (two slots:
+# --ab-source), in the same run; (3) the M = 4 stall metrics again.   TAG, END_S.
+#   git show 43fcdb1:tqbuild/runtime/pair_gemv.cu > bench/device/pair_gemv_s31ab.cu (untracked)
+#   bash bench/device/s31b.sh (carry .whl)
+source bench/device/env.sh
+: "${END_S:=420}"
+TAG=${TAG:--s31b}
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
+export TORCHINDUCTOR_ENABLE_PDL=1
+cp bench/device/pair_gemv_s31ab.cu tqbuild/runtime/pair_gemv_s31ab.cu  # its headers beside it
+timeout 150 python3 -m pytest -q tests/test_pair_cuda.py \
+  -k "(rows_kernel and (3-16 or 4-16)) or instances or linear" 2>&1 \
+  | tee "$OUT/tests$TAG.log" | tail -3
+echo "=== table $SECONDS s"
+timeout 200 python3 bench/pair_gemv.py --no-mul1 --no-sass --ks 3,4 --ms 4,2 \
+  --shapes 8192x8192,gate --ab-source tqbuild/runtime/pair_gemv_s31ab.cu --tag="$TAG" 2>&1 \
+  | tee "$OUT/table$TAG.log" | grep -v Warn | cut -c1-200
+cp "bench/results/pair_gemv-cuda$TAG.json" "$OUT/" 2>/dev/null
+echo "=== ncu stalls $SECONDS s"
+S=smsp__average_warps_issue_stalled
+M=""
+for r in long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected \
+    selected no_instruction dispatch_stall branch_resolving barrier; do
+  M="$M,${S}_${r}_per_issue_active.ratio"; done
+M="${M#,},smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+[ "$(left)" -gt 40 ] && timeout "$(( $(left) - 5 ))" ncu --clock-control none -k regex:'^pair_rows$' \
+  --launch-count 1 --metrics "$M" python3 bench/ncu_decode.py --k 3 --m 4 --only pair_rows \
+  > "$OUT/ncu-stalls$TAG.txt" 2>&1
+grep -E "pair_|stalled|issue_active|inst_executed|duration|dram" "$OUT/ncu-stalls$TAG.txt" \
+  | sed 's/smsp__average_warps_issue_stalled_//' | cut -c1-150 | head -30
+echo "=== done $SECONDS s"
