@@ -174,22 +174,26 @@ def main() -> None:
                 t_mul1 = None if no_mul1 else graph_time(lambda xm=xm, d=dims, cs=copies: [
                     tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs]
                 ) / len(copies)
+
+                def calls(cf, xm=xm, d=dims, cs=copies):  # the pair kernel over every copy
+                    return lambda: [pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=cf, **d)
+                                    for w, sc in cs]
+
+                def seconds(cf, calls=calls, n=len(copies)):  # a call, from a CUDA graph
+                    return graph_time(calls(cf)) / n
+
                 tried = {}
                 cfgs = ROWS_CFGS.get(M, [None]) if axis == 1 else [(1, 0), (2, 0), (1, 1), (2, 1)]
                 if a.quick:
                     cfgs = [pair_cuda.ROWS_CFG[M] if axis == 1 else pair_cuda.COLS_CFG]
                 for cfg in cfgs:
-                    tried[str(cfg)] = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg: [
-                        pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, **d) for w, sc in cs]
-                    ) / len(copies)
+                    tried[str(cfg)] = seconds(cfg)
                 best = min(tried, key=tried.get)
                 cfg_of = {str(c): c for c in cfgs}
                 t_nopdl = None
                 if pdl:
                     with pdl_off():
-                        t_nopdl = graph_time(lambda xm=xm, d=dims, cs=copies, c=cfg_of[best]: [
-                            pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=c, **d) for w, sc in cs]
-                        ) / len(copies)
+                        t_nopdl = seconds(cfg_of[best])
                 c = {"shape": sname, "out_features": out_f, "in_features": in_f, "axis": axis,
                      "k": k, "M": M, "bf16_seconds": t_bf[M], "mul1_seconds": t_mul1,
                      "mul1_speedup_vs_bf16": t_mul1 and t_bf[M] / t_mul1,
@@ -206,27 +210,19 @@ def main() -> None:
                         lambda xm=xm, d=dims, cs=copies, cf=cfg_of[best]: [
                             pair_cuda.matvec(xm[m:m + 1], w, sc, L=L_PAIR, cfg=cf, **d)
                             for w, sc in cs for m in range(xm.shape[0])]) / len(copies)
-                if a.ab_source:
+                if a.ab_source:  # the best cfg (--ab-all: every cfg) built from that source
                     with pair_source(a.ab_source):
-                        c["pair_seconds_ab_source"] = graph_time(
-                            lambda xm=xm, d=dims, cs=copies, cf=cfg_of[best]: [
-                                pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=cf, **d)
-                                for w, sc in cs]) / len(copies)
+                        ab = {str(cf): seconds(cf) for cf in (cfgs if a.ab_all else [cfg_of[best]])}
+                    c["pair_seconds_ab_source"] = ab[best]
                     c["ab_source"] = a.ab_source
                     if a.ab_all:
-                        with pair_source(a.ab_source):
-                            c["pair_tried_ab_source"] = {str(cf): graph_time(
-                                lambda xm=xm, d=dims, cs=copies, cf=cf: [
-                                    pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=cf, **d)
-                                    for w, sc in cs]) / len(copies) for cf in cfgs}
+                        c["pair_tried_ab_source"] = ab
                 if axis == 0 and not no_mul1:  # the split sum's share of a cols call
                     c["kernel_seconds"] = {
                         "mul1": kernel_times(lambda xm=xm, d=dims, cs=copies: [
                             tc.matvec(xm, w, sc, code="mul1", L=L_MUL1, **d) for w, sc in cs],
                             len(copies)),
-                        "pair": kernel_times(lambda xm=xm, d=dims, cs=copies, cf=cfg_of[best]: [
-                            pair_cuda.matvec(xm, w, sc, L=L_PAIR, cfg=cf, **d) for w, sc in cs],
-                            len(copies))}
+                        "pair": kernel_times(calls(cfg_of[best]), len(copies))}
                 res["cases"].append(c)
                 print(json.dumps(c), flush=True)
                 out.write_text(json.dumps(res, indent=2) + "\n")
