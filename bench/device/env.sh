@@ -10,3 +10,15 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 fi
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 left() { echo $(( ${END_S:-560} - SECONDS )); }
+# ncu's per-reason warp-stall metrics (cycles an issued instruction) and the issue, occupancy,
+# instruction, time and DRAM counters beside them, comma-joined, then any metrics passed
+stall_metrics() {
+  local m="" r
+  for r in long_scoreboard short_scoreboard mio_throttle lg_throttle math_pipe_throttle barrier \
+      wait not_selected selected no_instruction dispatch_stall drain membar branch_resolving \
+      sleeping tex_throttle; do m="$m,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"; done
+  m="$m,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.per_cycle_active"
+  m="$m,smsp__inst_executed.sum,gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+  local e; for e in "$@"; do m="$m,$e"; done
+  echo "${m#,}"
+}

@@ -7,12 +7,7 @@ source bench/device/env.sh
 : "${END_S:=150}"
 TAG=${TAG:--s30e}
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
-S=smsp__average_warps_issue_stalled
-M=""
-for r in long_scoreboard short_scoreboard mio_throttle lg_throttle math_pipe_throttle barrier \
-    wait not_selected selected no_instruction dispatch_stall drain membar branch_resolving \
-    sleeping tex_throttle; do M="$M,${S}_${r}_per_issue_active.ratio"; done
-M="${M#,},smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.per_cycle_active,smsp__inst_executed.sum,gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+M=$(stall_metrics)
 timeout "$(( $(left) - 5 ))" ncu --clock-control none -k regex:'^pair_(rows|cols)$' --metrics "$M" \
   python3 bench/ncu_decode.py --k 3 --m 4 --only pair_rows,pair_cols_fp16 > "$OUT/ncu-stalls$TAG.txt" 2>&1
 grep -E "pair_|stalled|issue_active|warps_active|inst_executed|duration|dram" "$OUT/ncu-stalls$TAG.txt" \

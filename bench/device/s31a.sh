@@ -22,12 +22,7 @@ timeout 230 python3 bench/pair_gemv.py --no-mul1 --ks 3,4 --ms 4,2 --shapes 8192
   | tee "$OUT/table$TAG.log" | grep -v Warn | cut -c1-900
 cp "bench/results/pair_gemv-cuda$TAG.json" "$OUT/" 2>/dev/null
 echo "=== ncu stalls $SECONDS s"
-S=smsp__average_warps_issue_stalled
-M=""
-for r in long_scoreboard short_scoreboard mio_throttle lg_throttle math_pipe_throttle barrier \
-    wait not_selected selected no_instruction dispatch_stall drain membar branch_resolving \
-    sleeping tex_throttle; do M="$M,${S}_${r}_per_issue_active.ratio"; done
-M="${M#,},smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.per_cycle_active,smsp__inst_executed.sum,gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"
+M=$(stall_metrics l1tex__data_pipe_lsu_wavefronts_mem_shared.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum)
 [ "$(left)" -gt 40 ] && timeout "$(( $(left) - 5 ))" ncu --clock-control none -k regex:'^pair_rows$' \
   --metrics "$M" python3 bench/ncu_decode.py --k 3 --m 4 --only pair_rows > "$OUT/ncu-stalls$TAG.txt" 2>&1
 grep -E "pair_|stalled|issue_active|warps_active|inst_executed|duration|dram|l1tex" "$OUT/ncu-stalls$TAG.txt" \

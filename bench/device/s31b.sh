@@ -22,12 +22,7 @@ timeout 190 python3 bench/pair_gemv.py --no-mul1 --no-sass --ks 3,4 --ms 4,2 \
   | tee "$OUT/table$TAG.log" | grep -v Warn | cut -c1-200
 cp "bench/results/pair_gemv-cuda$TAG.json" "$OUT/" 2>/dev/null
 echo "=== ncu stalls $SECONDS s"
-S=smsp__average_warps_issue_stalled
-M=""
-for r in long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected \
-    selected no_instruction dispatch_stall branch_resolving barrier; do
-  M="$M,${S}_${r}_per_issue_active.ratio"; done
-M="${M#,},smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+M=$(stall_metrics)  # (the run of 8b76857 asked for 11 of its 16 stall reasons)
 [ "$(left)" -gt 40 ] && timeout "$(( $(left) - 5 ))" ncu --clock-control none -k regex:'^pair_rows$' \
   --launch-count 1 --metrics "$M" python3 bench/ncu_decode.py --k 3 --m 4 --only pair_rows \
   > "$OUT/ncu-stalls$TAG.txt" 2>&1
