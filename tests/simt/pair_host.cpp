@@ -3,7 +3,8 @@
 // output rows; axis 0: stored rows = inputs), n (axis 1: inputs; axis 0: outputs), T, rb,
 // wpr, blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
 // threads a block), gsw (words a quantized group), odt (the output's dtype: 0 f32, 1 bf16,
-// 2 f16), half (axis 0: the walk in packed fp16), then words [rows, n·k/32] u32, scales [rows]
+// 2 f16), half (axis 0: the walk in packed fp16; axis 1: pair_rows_mma on x as bf16 (1), f16
+// (2) or float32 (3)), then words [rows, n·k/32] u32, scales [rows]
 // f16 bits (u16), the table [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype
 // odt (× the table's unit).
 #include <cstdio>
@@ -48,6 +49,19 @@ int main(int argc, char** argv) {
   std::vector<float> out((size_t)M * n_out);  // room for float32; halves use its front
   const Out O{out.data(), odt};
   const size_t osize = odt ? 2 : 4;
+  if (axis == 1 && half) {  // pair_rows_mma: x as bf16 (half 1), f16 (2) or float32 (3)
+    std::vector<uint16_t> xh(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xh[i] = half == 2 ? simt::f16_round(x[i]) : simt::bf16_round(x[i]);
+    const int dt = half == 3 ? 0 : half;
+    const void* xp = half == 3 ? (const void*)x.data() : (const void*)xh.data();
+    simt::launch(blocks, 1, MMA_NTH, [&] {
+      if (dt == 2)
+        pair_rows_mma<1>(w.data(), s.data(), tab.data(), xp, dt, O, M, nrows, n, T / 32, 1.0f, blocks);
+      else
+        pair_rows_mma<0>(w.data(), s.data(), tab.data(), xp, dt, O, M, nrows, n, T / 32, 1.0f, blocks);
+    });
+    return write(argv[2], out, odt);
+  }
   if (axis == 1) {
     const auto* W = w.data();
     const auto* S = s.data();

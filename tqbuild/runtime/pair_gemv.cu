@@ -42,6 +42,7 @@
 #define TQ_GLOBAL __global__
 #define TQ_BOUNDS(n) __launch_bounds__(n)
 #include "pdl_launch.cuh"  // pdl_trigger, pdl_wait, launch, raise_smem
+#include "mma16816.cuh"    // mma16816<DT>
 #define TQ_SHARED __shared__
 #endif
 #include "quant8.cuh"
@@ -101,6 +102,7 @@ TQ_DEV uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {  // a·b + c, two fp
     return d;
 }
 TQ_DEV uint32_t f16_bits(float v) { return __half_as_ushort(__float2half_rn(v)); }
+TQ_DEV uint32_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) { return __dp2a_lo((int)e, (int)x, c); }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return __dp2a_hi((int)e, (int)x, c); }
 TQ_DEV float half_of(const uint16_t* s, int i) {
@@ -109,6 +111,7 @@ TQ_DEV float half_of(const uint16_t* s, int i) {
 #else
 TQ_DEV uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) { return fma2<1>(a, b, c); }
 TQ_DEV uint32_t f16_bits(float v) { return simt::f16_round(v); }
+TQ_DEV uint32_t bf16_bits(float v) { return simt::bf16_round(v); }
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) {
     return c + (int16_t)(e & 0xFFFF) * (int8_t)(x & 0xFF) +
            (int16_t)(e >> 16) * (int8_t)((x >> 8) & 0xFF);
@@ -158,13 +161,13 @@ TQ_DEV int group_of(int p, int ppb) {
 }
 
 // the table into shared memory at TAB, each entry 32 times (one a lane): four copies a
-// 16-byte store, every load of a thread issued at once
-// (HALF: each int16 pair as two fp16 of the entry · 2^-13, the low half first)
-TQ_DEV uint32_t half_pair(uint32_t e) {
-    return f16_bits((float)(int16_t)(e & 0xFFFF) * (1.f / 8192)) |
-           f16_bits((float)(int16_t)(e >> 16) * (1.f / 8192)) << 16;
+// 16-byte store, every load of a thread issued at once. HALF 0: the int16 pairs as stored;
+// 1: each pair as two fp16 of the entry · 2^-13, the low half first; 2: as two bf16 of it
+TQ_DEV uint32_t half_pair(uint32_t e, int half) {
+    const float lo = (float)(int16_t)(e & 0xFFFF) * (1.f / 8192), hi = (float)(int16_t)(e >> 16) * (1.f / 8192);
+    return half == 2 ? bf16_bits(lo) | bf16_bits(hi) << 16 : f16_bits(lo) | f16_bits(hi) << 16;
 }
-template <int NTH, bool HALF = false>
+template <int NTH, int HALF = 0>
 TQ_DEV void load_table(const uint32_t* table, char* base) {
     constexpr int N4 = TAB_WORDS / 4;
     static_assert(N4 % NTH == 0, "whole trips");
@@ -172,9 +175,9 @@ TQ_DEV void load_table(const uint32_t* table, char* base) {
     uint32_t v[N4 / NTH];
 #pragma unroll
     for (int j = 0; j < N4 / NTH; ++j) v[j] = __ldg(table + ((j * NTH + (int)threadIdx.x) >> 3));
-    if constexpr (HALF) {
+    if constexpr (HALF != 0) {
 #pragma unroll
-        for (int j = 0; j < N4 / NTH; ++j) v[j] = half_pair(v[j]);
+        for (int j = 0; j < N4 / NTH; ++j) v[j] = half_pair(v[j], HALF);
     }
 #pragma unroll
     for (int j = 0; j < N4 / NTH; ++j) tab[j * NTH + threadIdx.x] = make_uint4(v[j], v[j], v[j], v[j]);
@@ -477,6 +480,196 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
     }
 }
 
+// `pair_rows_mma` (axis 1, M ≤ 8) on the tensor cores: x in bf16 (DT 0; f32 x rounded to
+// it) or fp16 (DT 1) in shared memory as it is, the table as pairs of DT halves (each
+// entry · 2^-13: `factor` · 8192 applies), mma.m16n8k16 with a tile of 16 rows' weights as A
+// and x as B (column m = row m of x, zero at m ≥ M), float32 sums: the decode is shared by
+// every row of x, its cost ~2 instructions a weight whatever M. Lane (g, c) = (lane / 4,
+// lane % 4) decodes rows g and g + 8 of the tile at period 4u + c of the tile's item u:
+// mma j of the item takes steps 2j + 1 (k-slots 2c, 2c + 1) and 2j (2c + 8, 2c + 9) of both
+// rows — a step's entry is the pair of halves A wants there — against row g of x's inputs of
+// the same steps (its group's words 14 − 2j, 15 − 2j: the order they load in). A block takes whole tiles (an even
+// split), its warps an even split of the block's items (tile-major), three items' words in
+// flight a lane; a warp writes the tiles it takes whole, its sums of the others (at most its
+// first and last) go through shared memory, added in warp order (deterministic).
+//
+// x in shared memory: row m of x at mma_x_off (rows below the table where they fit, the
+// rest after it), group G at 64·G bytes, its 16-byte chunk q at 16·(q ^ ((m + G/2) & 3)):
+// a warp's 16-byte loads of 4 rows × 4 adjacent groups then hit each bank twice at most.
+constexpr int MMA_NTH = 512, MMA_D = 3;  // threads a block; items in flight a lane
+TQ_DEV int mma_x_slot(int m, int G, int q) { return 64 * G + 16 * (q ^ ((m + (G >> 1)) & 3)); }
+// rows of x below the table (the dynamic shared memory below TAB_OFF is otherwise unused)
+inline __host__ __device__ int mma_rows_low(int M, int n) {
+    const int low = TAB_OFF / (2 * n);
+    return low < M ? low : M;
+}
+inline __host__ __device__ int mma_x_off(int m, int M, int n) {
+    const int low = mma_rows_low(M, n);
+    return m < low ? 2 * n * m : XQ_OFF + 2 * n * (m - low);
+}
+
+// x [M, n] (dtype dt: 0 f32, 1 bf16, 2 f16) into shared memory as DT halves: 8 inputs a
+// thread a trip, four trips' loads issued together
+template <int DT, int NTH>
+TQ_DEV void stage_x_halves(const void* x, int dt, int M, int n, char* base) {
+    const int per = n >> 3, chunks = M * per;
+    constexpr int QB = 4;
+    for (int c0 = 0; c0 < chunks; c0 += QB * NTH) {
+        uint4 v[QB];
+#pragma unroll
+        for (int t = 0; t < QB; ++t) {
+            const int c = c0 + t * NTH + (int)threadIdx.x, m = c / per;
+            const size_t i = (size_t)m * n + 8 * (c - m * per);
+            if (c >= chunks) continue;
+            if (dt == 0) {  // float32: rounded to bf16 (DT 0)
+                float f[8];
+                load8(x, 0, i, f);
+                v[t] = make_uint4(bf16_bits(f[0]) | bf16_bits(f[1]) << 16, bf16_bits(f[2]) | bf16_bits(f[3]) << 16,
+                                  bf16_bits(f[4]) | bf16_bits(f[5]) << 16, bf16_bits(f[6]) | bf16_bits(f[7]) << 16);
+            } else {
+                v[t] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < QB; ++t) {
+            const int c = c0 + t * NTH + (int)threadIdx.x, m = c / per, j = c - m * per;
+            if (c >= chunks) continue;
+            *reinterpret_cast<uint4*>(base + mma_x_off(m, M, n) + mma_x_slot(m, j >> 2, j & 3)) = v[t];
+        }
+    }
+}
+
+// dynamic shared memory of a pair_rows_mma launch: the table, x's rows after it, the warps'
+// sums of tiles they share (two tiles of 16 × 8 a warp)
+inline __host__ __device__ int mma_part_off(int M, int n) { return XQ_OFF + 2 * n * (M - mma_rows_low(M, n)); }
+inline size_t rows_mma_smem(int M, int n) { return (size_t)mma_part_off(M, n) + (MMA_NTH / 32) * 2 * 128 * 4; }
+
+template <int DT>
+TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ words,
+                                                const uint16_t* __restrict__ scales,
+                                                const uint32_t* __restrict__ table, const void* x,
+                                                int dt, Out out, int M, int rows, int n, int ppb,
+                                                float factor, int nblocks) {
+    TQ_DYN_SMEM;
+    constexpr int NW = MMA_NTH / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int ng = n >> 5, nw = ng * K, nu = (ng + 3) >> 2;  // periods, words a row; items a tile
+    const int tiles = (rows + 15) >> 4;
+    const int ta = (int)((int64_t)tiles * blockIdx.x / nblocks);
+    const int N = ((int)((int64_t)tiles * (blockIdx.x + 1) / nblocks) - ta) * nu;  // the block's items
+    const int lo = N * warp / NW, hi = N * (warp + 1) / NW;  // this warp's
+    float* part = reinterpret_cast<float*>(smem + mma_part_off(M, n));  // [NW][2][4][32]
+    uint32_t wa[2][K + 1] = {}, wb[2][K + 1] = {}, wc[2][K + 1] = {};  // (a lane past ng: any)
+    int lt = lo / nu, lu = lo - lt * nu, li = lo;  // the next item to load: tile (of the block's), item
+    const uint32_t *row0, *row1;  // its rows g and g + 8 (past the last row: the last row)
+    auto tile_rows = [&] {
+        const int r = 16 * (ta + lt) + g;
+        row0 = words + (size_t)min(r, rows - 1) * nw;
+        row1 = words + (size_t)min(r + 8, rows - 1) * nw;
+    };
+    tile_rows();
+    auto load_item = [&](uint32_t (&slot)[2][K + 1]) {
+        const int p = 4 * lu + c;
+        if (li < hi && p < ng) {
+            load_words(row0, p, ppb, slot[0]);
+            load_words(row1, p, ppb, slot[1]);
+        }
+        ++li;
+        if (++lu == nu) {
+            lu = 0;
+            ++lt;
+            tile_rows();
+        }
+    };
+    load_item(wa);
+    load_item(wb);
+    load_item(wc);
+    load_table<MMA_NTH, DT == 0 ? 2 : 1>(table, smem);
+    pdl_wait();  // x: the kernel before this one's (under PDL; the words on their way)
+    pdl_trigger();
+    stage_x_halves<DT, MMA_NTH>(x, dt, M, n, smem);
+    __syncthreads();
+    const uint32_t tb = shared_addr(smem + TAB_OFF);
+    if (tb != TAB) {  // the layout's premise (dynamic shared memory at 0x400) does not hold
+        for (int i = blockIdx.x * MMA_NTH + threadIdx.x; i < M * rows; i += nblocks * MMA_NTH)
+            put(out, i, __int_as_float(0x7FC00000));
+        return;
+    }
+    const uint32_t lane4 = tb | (4u * lane);
+    const char* xrow = smem + mma_x_off(g, M, n);  // row g of x (g < M)
+    const float fs = factor * 8192.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    int dtl = lo / nu, du = lo - dtl * nu, di = lo;  // the item decoded: tile, item
+    auto entry = [&](const uint32_t (&w)[K + 1], int v) {
+        return lds_abs(((window(w, v) * HMUL) & AMASK) | lane4);
+    };
+    auto item = [&](uint32_t (&slot)[2][K + 1]) {
+        const int p = 4 * du + c;
+        uint32_t xv[16];
+        if (g < M && p < ng) {
+            const int G = group_of(p, ppb);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const uint4 t = *reinterpret_cast<const uint4*>(xrow + mma_x_slot(g, G, q));
+                xv[4 * q] = t.x; xv[4 * q + 1] = t.y; xv[4 * q + 2] = t.z; xv[4 * q + 3] = t.w;
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < 16; ++q) xv[q] = 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t a[4] = {entry(slot[0], 2 * j + 1), entry(slot[1], 2 * j + 1),
+                                   entry(slot[0], 2 * j), entry(slot[1], 2 * j)};
+            const uint32_t b[2] = {xv[14 - 2 * j], xv[15 - 2 * j]};  // adjacent registers
+            mma16816<DT>(acc, a, b);
+        }
+        load_item(slot);
+        if (du == nu - 1 || di == hi - 1) {  // the tile's sums: out, or to shared memory
+            const int t = ta + dtl, ts = dtl * nu;
+            if (lo <= ts && hi >= ts + nu) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int row = 16 * t + g + 8 * (r >> 1), m = 2 * c + (r & 1);
+                    if (m < M && row < rows)
+                        put(out, (size_t)m * rows + row, acc[r] * half_of(scales, row) * fs);
+                }
+            } else {
+                float* pp = part + (warp * 2 + (dtl == lo / nu ? 0 : 1)) * 128;
+#pragma unroll
+                for (int r = 0; r < 4; ++r) pp[32 * r + lane] = acc[r];
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[r] = 0.f;
+        }
+        ++di;
+        if (++du == nu) { du = 0; ++dtl; }
+    };
+    for (int f = lo; f < hi; f += MMA_D) {
+        item(wa);
+        if (f + 1 == hi) break;
+        item(wb);
+        if (f + 2 == hi) break;
+        item(wc);
+    }
+    __syncthreads();
+    // tiles the block's warps share: their sums added in warp order
+    for (int e = threadIdx.x; e < N / nu * 128; e += MMA_NTH) {
+        const int tl = e >> 7, k = e & 127, r = k >> 5, l = k & 31, ts = tl * nu, te = ts + nu;
+        float v = 0.f;
+        bool whole = false;
+        for (int w = 0; w < NW && !whole; ++w) {
+            const int wl = N * w / NW, wh = N * (w + 1) / NW;
+            if (wl >= te || wh <= ts || wl == wh) continue;
+            whole = wl <= ts && wh >= te;  // its sums went out
+            if (!whole) v += part[(w * 2 + (tl == wl / nu ? 0 : 1)) * 128 + k];
+        }
+        const int row = 16 * (ta + tl) + (l >> 2) + 8 * (r >> 1), m = 2 * (l & 3) + (r & 1);
+        if (!whole && m < M && row < rows)
+            put(out, (size_t)m * rows + row, v * half_of(scales, row) * fs);
+    }
+}
+
 // cols: the (tile, input) units u = tile·n_in + i (tile-major) of block b,
 // [U·b/G, U·(b+1)/G), lie in at most two tiles (the recipe keeps n_in ≥ U/G): inputs
 // [ia, ia + na) of tile `first`, then inputs [0, nb) of the next
@@ -617,7 +810,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTHC) pair_cols(const uint32_t* __restrict__ words,
         pf += nw;
         pn += nw;
     }
-    load_table<NTHC, HALF>(table, smem);
+    load_table<NTHC, HALF ? 1 : 0>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL)
     pdl_trigger();  // pair_cols_sum (and, under PDL, later kernels) may launch
     quantize_slots<HALF>(x, dt, M, n_in, sl.ga, sl.sa, ns, scales, xq, gsw, gs, NTHC);
@@ -847,6 +1040,7 @@ extern "C" {
 // the dynamic shared memory a launch needs at least (the tight layout; the caller checks
 // it fits the device)
 size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
+size_t tq_pair_rows_mma_smem(int M, int n) { return rows_mma_smem(M, n); }
 size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half) {  // of one row
     return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT, 1);
 }
@@ -869,6 +1063,23 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
     TQ_PAIR_ROWS_INSTANCES
 #undef TQ_PAIR_ROWS
     return -1;
+}
+
+// rows on the tensor cores (pair_rows_mma): x [M ≤ 8, n] (dt 0 f32, 1 bf16, 2 f16: the fp16
+// instance, else bf16) -> out [M, rows] of dtype odt
+int tq_pair_rows_mma(const void* words, const void* scales, const void* table, const void* x,
+                     int dt, void* out, int odt, int M, int rows, int n, int T, float factor,
+                     int nblocks, int pdl, void* stream) {
+    if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
+    if (M < 1 || M > 8) return -1;
+    const size_t smem = rows_mma_smem(M, n);
+    if (smem > smem_limit()) return -2;
+    auto kern = dt == 2 ? pair_rows_mma<1> : pair_rows_mma<0>;
+    const cudaError_t e = raise_smem(kern, smem);
+    if (e != cudaSuccess) return (int)e;
+    return launch(kern, nblocks, MMA_NTH, smem, (cudaStream_t)stream, TQ_PDL_IN && pdl != 0,
+                  (const uint32_t*)words, (const uint16_t*)scales, (const uint32_t*)table, x, dt,
+                  Out{out, odt}, M, rows, n, T / 32, factor, nblocks);
 }
 
 // cols (axis 0): x [M, n_in] -> out [M, n_out] of dtype odt (words [n_in, nw] with
