@@ -129,6 +129,11 @@ def main() -> None:
                 if s:
                     res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr} T{nth}"] = {
                         "loop_instructions": s[0], "per_weight": s[0] / (rb * 64), "ops": s[1]}
+        # the tensor-core rows kernel: a trip decodes 3 items (8 mma, 64 weights a lane each)
+        s = sass_loop(lib, "pair_rows_mmaILi0E", 24, "HMMA")
+        if s:
+            res["sass"][f"k{k} rows mma (any M)"] = {
+                "loop_instructions": s[0], "per_weight": s[0] / 192, "ops": s[1]}
         d = 4  # TQ_PAIR_COLS_D: inputs a trip
         # warps a walker (each decodes 32 / sub weights of d / sub inputs a trip), and the walk
         # on int8 inputs (two IDP2A a step) or in packed fp16 (one HFMA2 a step)
@@ -183,9 +188,11 @@ def main() -> None:
                     return graph_time(calls(cf)) / n
 
                 tried = {}
-                cfgs = ROWS_CFGS.get(M, [None]) if axis == 1 else [(1, 0), (2, 0), (1, 1), (2, 1)]
+                cfgs = ([*ROWS_CFGS.get(M, []), pair_cuda.ROWS_MMA] if axis == 1 else
+                        [(1, 0), (2, 0), (1, 1), (2, 1)])
                 if a.quick:
-                    cfgs = [pair_cuda.ROWS_CFG[M] if axis == 1 else pair_cuda.COLS_CFG]
+                    cfgs = [pair_cuda.ROWS_CFG[M], pair_cuda.ROWS_MMA] if axis == 1 else \
+                        [pair_cuda.COLS_CFG]
                 for cfg in cfgs:
                     tried[str(cfg)] = seconds(cfg)
                 best = min(tried, key=tried.get)

@@ -1,12 +1,13 @@
-"""CUDA decode-matvec of the pair trellis code (`runtime/pair_gemv.cu`) with int8
+"""CUDA decode-matvec of the pair trellis code (`runtime/pair_gemv.cu`), mostly with int8
 activations in groups of 32 (runtime/act_int8.py's quantization): one library per
 (k, L), built with nvcc on first use and cached, called through ctypes on torch's
 current stream (CUDA-graph capturable). Where nvcc or the build is missing,
 `available()` is False (warned once) and the pair code's modules run expanded.
 
-Rows (axis 1) for M ≤ 8 where x's int8 copy fits a block's shared memory beside the
-table; cols (axis 0) up to COLS_M input rows a launch pair sharing one decode (the packed-fp16
-walk; the int8 walk a row a pair)."""
+Rows (axis 1) for M ≤ 8 where x's copy fits a block's shared memory beside the table: on
+int8 x below ROWS_MMA_FROM_M rows, from there on the tensor cores (x as bf16 or fp16, one
+decode for every row); cols (axis 0) up to COLS_M input rows a launch pair sharing one
+decode (the packed-fp16 walk; the int8 walk a row a pair)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ ROWS_INSTANCES = [(1, 2, 1, 512), (1, 2, 2, 512), (1, 4, 1, 512), (1, 4, 2, 512)
 ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: (1, 1, 512),
             6: (1, 1, 512), 7: (1, 1, 512), 8: (1, 1, 512)}
 
+# the rows kernel on the tensor cores (pair_gemv.cu's pair_rows_mma: x as bf16 or fp16,
+# any M ≤ 8 sharing one decode) as a rows cfg, and the M from which a rows call takes it
+ROWS_MMA = (0, 0, 512)
+ROWS_MMA_FROM_M = 2
+
 # a cols launch's (sub, half): warps walking one cols tile's inputs together (pair_gemv.cu's
 # pair_cols: 1 or 2), and whether the walk runs in packed fp16 (1) or on int8 inputs (0).
 # (1, 1): the fastest of the four at k = 2, 3, 4 on 5120 × 17408 and at k = 3 on 4096 × 14336
@@ -54,7 +60,9 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P] + [_I] * 7 + [_F, _I, _I, _P]),
+    "tq_pair_rows_mma": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 5 + [_F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
+    "tq_pair_rows_mma_smem": (_Z, [_I] * 2),
     "tq_pair_cols_smem": (_Z, [_I] * 4)}
 
 
@@ -119,14 +127,23 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     if lib is None:
         return False
     if axis == 1:
-        rb, _, nth = ROWS_CFG[M]
-        need = lib.tq_pair_rows_smem(M, in_features, rb, nth)
+        rb, _, nth = rows_cfg(lib, M, in_features)
+        need = lib.tq_pair_rows_smem(M, in_features, rb, nth) if rb else 0
     else:
         blocks = _sm_count(_index(x))
         if (out_features // 32 + 31) // 32 > blocks:
             return False  # a block's units would span more than two tiles (tq_pair_cols: −4)
         need = lib.tq_pair_cols_smem(in_features, out_features, blocks, COLS_CFG[1])  # a row
     return need <= trellis_cuda.SMEM_LIMIT
+
+
+def rows_cfg(lib: ctypes.CDLL, M: int, in_features: int) -> tuple[int, int, int]:
+    """The rows instance a call of M rows of x takes by default: ROWS_MMA from
+    ROWS_MMA_FROM_M rows where its shared memory (x's halves) fits, else ROWS_CFG's."""
+    if M >= ROWS_MMA_FROM_M and \
+            lib.tq_pair_rows_mma_smem(M, in_features) <= trellis_cuda.SMEM_LIMIT:
+        return ROWS_MMA
+    return ROWS_CFG[M]
 
 
 @nvcc.on_tensor_device
@@ -136,7 +153,8 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
            out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] of out_dtype (f32/bf16/f16,
     written by the kernels: rounded once); words in the plain stored layout (int32), scales
-    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows, (sub, half) for cols."""
+    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows (ROWS_MMA: the tensor-core kernel),
+    (sub, half) for cols."""
     lib = library(k, L)
     assert lib is not None
     x = x.contiguous()
@@ -149,10 +167,15 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     pdl = int(trellis_cuda.pdl(_index(x)))  # programmatic dependent launch where built for it
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1:
-        rb, wpr, nth = cfg or ROWS_CFG[M]  # type: ignore[misc]
-        rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
-                              x.data_ptr(), dt, out.data_ptr(), odt, M, out_features, in_features,
-                              T, rb, wpr, nth, FACTOR, blocks, pdl, stream)
+        rb, wpr, nth = cfg or rows_cfg(lib, M, in_features)  # type: ignore[misc]
+        if rb == 0:  # ROWS_MMA
+            rc = lib.tq_pair_rows_mma(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
+                                      x.data_ptr(), dt, out.data_ptr(), odt, M, out_features,
+                                      in_features, T, FACTOR, blocks, pdl, stream)
+        else:
+            rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
+                                  x.data_ptr(), dt, out.data_ptr(), odt, M, out_features,
+                                  in_features, T, rb, wpr, nth, FACTOR, blocks, pdl, stream)
     else:
         sub, half = cfg or COLS_CFG
         # the rows' sums (a launch's rows at most COLS_M), then tile_range

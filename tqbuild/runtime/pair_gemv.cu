@@ -496,7 +496,10 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
 // x in shared memory: row m of x at mma_x_off (rows below the table where they fit, the
 // rest after it), group G at 64·G bytes, its 16-byte chunk q at 16·(q ^ ((m + G/2) & 3)):
 // a warp's 16-byte loads of 4 rows × 4 adjacent groups then hit each bank twice at most.
-constexpr int MMA_NTH = 512, MMA_D = 3;  // threads a block; items in flight a lane
+#ifndef TQ_PAIR_MMA_D
+#define TQ_PAIR_MMA_D 3  // pair_rows_mma: items' words in flight a lane
+#endif
+constexpr int MMA_NTH = 512, MMA_D = TQ_PAIR_MMA_D;  // threads a block; items in flight a lane
 TQ_DEV int mma_x_slot(int m, int G, int q) { return 64 * G + 16 * (q ^ ((m + (G >> 1)) & 3)); }
 // rows of x below the table (the dynamic shared memory below TAB_OFF is otherwise unused)
 inline __host__ __device__ int mma_rows_low(int M, int n) {
@@ -559,7 +562,7 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     const int N = ((int)((int64_t)tiles * (blockIdx.x + 1) / nblocks) - ta) * nu;  // the block's items
     const int lo = N * warp / NW, hi = N * (warp + 1) / NW;  // this warp's
     float* part = reinterpret_cast<float*>(smem + mma_part_off(M, n));  // [NW][2][4][32]
-    uint32_t wa[2][K + 1] = {}, wb[2][K + 1] = {}, wc[2][K + 1] = {};  // (a lane past ng: any)
+    uint32_t ws[MMA_D][2][K + 1] = {};  // the slots (a lane past ng decodes any words)
     int lt = lo / nu, lu = lo - lt * nu, li = lo;  // the next item to load: tile (of the block's), item
     const uint32_t *row0, *row1;  // its rows g and g + 8 (past the last row: the last row)
     auto tile_rows = [&] {
@@ -581,9 +584,8 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
             tile_rows();
         }
     };
-    load_item(wa);
-    load_item(wb);
-    load_item(wc);
+#pragma unroll
+    for (int d = 0; d < MMA_D; ++d) load_item(ws[d]);
     load_table<MMA_NTH, DT == 0 ? 2 : 1>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL; the words on their way)
     pdl_trigger();
@@ -646,11 +648,9 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
         if (++du == nu) { du = 0; ++dtl; }
     };
     for (int f = lo; f < hi; f += MMA_D) {
-        item(wa);
-        if (f + 1 == hi) break;
-        item(wb);
-        if (f + 2 == hi) break;
-        item(wc);
+#pragma unroll
+        for (int d = 0; d < MMA_D; ++d)
+            if (f + d < hi) item(ws[d]);
     }
     __syncthreads();
     // tiles the block's warps share: their sums added in warp order
