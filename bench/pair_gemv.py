@@ -103,6 +103,9 @@ def main() -> None:
                     help="no mul1; pair rows at their default instance only")
     ap.add_argument("--no-mul1", action="store_true", help="every pair instance, but no mul1")
     ap.add_argument("--no-sass", action="store_true", help="no SASS counts of the decode loops")
+    ap.add_argument("--mma-only", action="store_true",
+                    help="rows shapes: the tensor-core kernel only (a library built with "
+                         "TQBUILD_PAIR_FLAGS=-DTQ_PAIR_MMA_ONLY and its knobs)")
     ap.add_argument("--ab-all", action="store_true",
                     help="time every instance tried with --ab-source, not the best only")
     ap.add_argument("--ab-source", default="",
@@ -193,6 +196,8 @@ def main() -> None:
                 if a.quick:
                     cfgs = [pair_cuda.ROWS_CFG[M], pair_cuda.ROWS_MMA] if axis == 1 else \
                         [pair_cuda.COLS_CFG]
+                if a.mma_only and axis == 1:
+                    cfgs = [pair_cuda.ROWS_MMA]
                 for cfg in cfgs:
                     tried[str(cfg)] = seconds(cfg)
                 best = min(tried, key=tried.get)

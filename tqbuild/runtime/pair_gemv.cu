@@ -63,6 +63,11 @@
     TQ_PAIR_ROWS(4, 1, 1, 1024) TQ_PAIR_ROWS(5, 1, 1, 512) TQ_PAIR_ROWS(6, 1, 1, 512)       \
     TQ_PAIR_ROWS(7, 1, 1, 512) TQ_PAIR_ROWS(8, 1, 1, 512)
 
+#ifdef TQ_PAIR_MMA_ONLY  // benchmark sweeps of pair_rows_mma's knobs: no other kernel built
+#undef TQ_PAIR_ROWS_INSTANCES
+#define TQ_PAIR_ROWS_INSTANCES
+#endif
+
 namespace {
 
 constexpr int K = TQ_K, L = TQ_L, Q = 9;
@@ -103,6 +108,12 @@ TQ_DEV uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {  // a·b + c, two fp
 }
 TQ_DEV uint32_t f16_bits(float v) { return __half_as_ushort(__float2half_rn(v)); }
 TQ_DEV uint32_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+// 16 bytes global -> shared without registers (cp.async), and the wait for all of a thread's
+TQ_DEV void copy16_async(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                 :: "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+}
+TQ_DEV void copy_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) { return __dp2a_lo((int)e, (int)x, c); }
 TQ_DEV int dp2a_hi(uint32_t e, uint32_t x, int c) { return __dp2a_hi((int)e, (int)x, c); }
 TQ_DEV float half_of(const uint16_t* s, int i) {
@@ -112,6 +123,8 @@ TQ_DEV float half_of(const uint16_t* s, int i) {
 TQ_DEV uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) { return fma2<1>(a, b, c); }
 TQ_DEV uint32_t f16_bits(float v) { return simt::f16_round(v); }
 TQ_DEV uint32_t bf16_bits(float v) { return simt::bf16_round(v); }
+TQ_DEV void copy16_async(void* dst, const void* src) { std::memcpy(dst, src, 16); }
+TQ_DEV void copy_async_wait() {}
 TQ_DEV int dp2a_lo(uint32_t e, uint32_t x, int c) {
     return c + (int16_t)(e & 0xFFFF) * (int8_t)(x & 0xFF) +
            (int16_t)(e >> 16) * (int8_t)((x >> 8) & 0xFF);
@@ -499,7 +512,14 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
 #ifndef TQ_PAIR_MMA_D
 #define TQ_PAIR_MMA_D 3  // pair_rows_mma: items' words in flight a lane
 #endif
-constexpr int MMA_NTH = 512, MMA_D = TQ_PAIR_MMA_D;  // threads a block; items in flight a lane
+#ifndef TQ_PAIR_MMA_NTH
+#define TQ_PAIR_MMA_NTH 512  // pair_rows_mma: threads a block (one block an SM)
+#endif
+#ifndef TQ_PAIR_MMA_ACC
+#define TQ_PAIR_MMA_ACC 2  // pair_rows_mma: independent chains of mma an item (their sums)
+#endif
+constexpr int MMA_NTH = TQ_PAIR_MMA_NTH, MMA_D = TQ_PAIR_MMA_D, MMA_ACC = TQ_PAIR_MMA_ACC;
+static_assert(8 % MMA_ACC == 0, "an item's 8 mma over the chains");
 TQ_DEV int mma_x_slot(int m, int G, int q) { return 64 * G + 16 * (q ^ ((m + (G >> 1)) & 3)); }
 // rows of x below the table (the dynamic shared memory below TAB_OFF is otherwise unused)
 inline __host__ __device__ int mma_rows_low(int M, int n) {
@@ -511,33 +531,38 @@ inline __host__ __device__ int mma_x_off(int m, int M, int n) {
     return m < low ? 2 * n * m : XQ_OFF + 2 * n * (m - low);
 }
 
-// x [M, n] (dtype dt: 0 f32, 1 bf16, 2 f16) into shared memory as DT halves: 8 inputs a
-// thread a trip, four trips' loads issued together
+// x [M, n] (dtype dt: 0 f32, 1 bf16, 2 f16) into shared memory as DT halves, 8 inputs a
+// thread a trip: halves copied as they are (cp.async, every trip's issued at once), float32
+// rounded to bf16 (DT 0) through registers, four trips' loads issued together
 template <int DT, int NTH>
 TQ_DEV void stage_x_halves(const void* x, int dt, int M, int n, char* base) {
     const int per = n >> 3, chunks = M * per;
+    auto dst = [&](int c) {
+        const int m = c / per, j = c - m * per;
+        return base + mma_x_off(m, M, n) + mma_x_slot(m, j >> 2, j & 3);
+    };
+    if (dt != 0) {
+        for (int c = threadIdx.x; c < chunks; c += NTH)
+            copy16_async(dst(c), static_cast<const uint16_t*>(x) + (size_t)8 * c);
+        copy_async_wait();
+        return;
+    }
     constexpr int QB = 4;
     for (int c0 = 0; c0 < chunks; c0 += QB * NTH) {
         uint4 v[QB];
 #pragma unroll
         for (int t = 0; t < QB; ++t) {
-            const int c = c0 + t * NTH + (int)threadIdx.x, m = c / per;
-            const size_t i = (size_t)m * n + 8 * (c - m * per);
+            const int c = c0 + t * NTH + (int)threadIdx.x;
             if (c >= chunks) continue;
-            if (dt == 0) {  // float32: rounded to bf16 (DT 0)
-                float f[8];
-                load8(x, 0, i, f);
-                v[t] = make_uint4(bf16_bits(f[0]) | bf16_bits(f[1]) << 16, bf16_bits(f[2]) | bf16_bits(f[3]) << 16,
-                                  bf16_bits(f[4]) | bf16_bits(f[5]) << 16, bf16_bits(f[6]) | bf16_bits(f[7]) << 16);
-            } else {
-                v[t] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
-            }
+            float f[8];
+            load8(x, 0, (size_t)8 * c, f);
+            v[t] = make_uint4(bf16_bits(f[0]) | bf16_bits(f[1]) << 16, bf16_bits(f[2]) | bf16_bits(f[3]) << 16,
+                              bf16_bits(f[4]) | bf16_bits(f[5]) << 16, bf16_bits(f[6]) | bf16_bits(f[7]) << 16);
         }
 #pragma unroll
         for (int t = 0; t < QB; ++t) {
-            const int c = c0 + t * NTH + (int)threadIdx.x, m = c / per, j = c - m * per;
-            if (c >= chunks) continue;
-            *reinterpret_cast<uint4*>(base + mma_x_off(m, M, n) + mma_x_slot(m, j >> 2, j & 3)) = v[t];
+            const int c = c0 + t * NTH + (int)threadIdx.x;
+            if (c < chunks) *reinterpret_cast<uint4*>(dst(c)) = v[t];
         }
     }
 }
@@ -600,7 +625,7 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     const uint32_t lane4 = tb | (4u * lane);
     const char* xrow = smem + mma_x_off(g, M, n);  // row g of x (g < M)
     const float fs = factor * 8192.f;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float acc[MMA_ACC][4] = {};  // mma j adds to chain j % MMA_ACC
     int dtl = lo / nu, du = lo - dtl * nu, di = lo;  // the item decoded: tile, item
     auto entry = [&](const uint32_t (&w)[K + 1], int v) {
         return lds_abs(((window(w, v) * HMUL) & AMASK) | lane4);
@@ -624,25 +649,31 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
             const uint32_t a[4] = {entry(slot[0], 2 * j + 1), entry(slot[1], 2 * j + 1),
                                    entry(slot[0], 2 * j), entry(slot[1], 2 * j)};
             const uint32_t b[2] = {xv[14 - 2 * j], xv[15 - 2 * j]};  // adjacent registers
-            mma16816<DT>(acc, a, b);
+            mma16816<DT>(acc[j % MMA_ACC], a, b);
         }
         load_item(slot);
         if (du == nu - 1 || di == hi - 1) {  // the tile's sums: out, or to shared memory
             const int t = ta + dtl, ts = dtl * nu;
+#pragma unroll
+            for (int i = 1; i < MMA_ACC; ++i)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[0][r] += acc[i][r];
             if (lo <= ts && hi >= ts + nu) {
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     const int row = 16 * t + g + 8 * (r >> 1), m = 2 * c + (r & 1);
                     if (m < M && row < rows)
-                        put(out, (size_t)m * rows + row, acc[r] * half_of(scales, row) * fs);
+                        put(out, (size_t)m * rows + row, acc[0][r] * half_of(scales, row) * fs);
                 }
             } else {
                 float* pp = part + (warp * 2 + (dtl == lo / nu ? 0 : 1)) * 128;
 #pragma unroll
-                for (int r = 0; r < 4; ++r) pp[32 * r + lane] = acc[r];
+                for (int r = 0; r < 4; ++r) pp[32 * r + lane] = acc[0][r];
             }
 #pragma unroll
-            for (int r = 0; r < 4; ++r) acc[r] = 0.f;
+            for (int i = 0; i < MMA_ACC; ++i)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[i][r] = 0.f;
         }
         ++di;
         if (++du == nu) { du = 0; ++dtl; }
@@ -992,6 +1023,9 @@ inline int cols_rows(int M, int half, int n_in, int n_out, int nblocks, size_t l
 using ColsKernel = void (*)(const uint32_t*, const uint16_t*, const uint32_t*, const void*, int,
                             float*, int*, int, int, int, int, int);
 inline ColsKernel cols_kernel(int sub, int half, int m) {
+#ifdef TQ_PAIR_MMA_ONLY
+    return nullptr;
+#endif
     if (sub == 1 && !half && m == 1) return pair_cols<1, NT, false>;
     if (sub == 2 && !half && m == 1) return pair_cols<2, 2 * NT, false>;
     if (!half || (sub != 1 && sub != 2)) return nullptr;
