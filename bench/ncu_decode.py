@@ -3,7 +3,8 @@
     ncu --clock-control none -k regex:'pair_|rows|cols|affine' --section SpeedOfLight \
         --section WarpStateStats --section Occupancy python bench/ncu_decode.py [--k 3]
 
-Runs, M = 1 (or --m), random packed weights: the pair rows kernel on 8192 × 8192, the pair
+Runs, M = 1 (or --m), random packed weights: the pair rows kernel on 8192 × 8192 (its
+default, the tensor-core and the int8 instance), the pair
 cols kernel (one-warp walkers, int8 and packed-fp16 walks) and the mul1 cols kernel on
 5120 × 17408, the mul1 rows kernel on 8192 × 8192, and the 4-bit affine kernel on the 8B
 model's q/k/v (6144 × 4096) — each twice (the second is the one to read: its code and tables
@@ -36,7 +37,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--m", type=int, default=1, help="tokens (rows of x)")
-    ap.add_argument("--only", default="", help="comma-separated of pair_rows, mul1_rows, "
+    ap.add_argument("--only", default="", help="comma-separated of pair_rows (the default "
+                    "cfg), pair_rows_mma, pair_rows_int8 (ROWS_CFG's), mul1_rows, "
                     "pair_cols_int8, pair_cols_fp16, mul1_cols, affine (default: all)")
     a = ap.parse_args()
     k, M = a.k, a.m
@@ -46,6 +48,9 @@ def main() -> None:
     w, s = packed(8192, 8192, k, g)
     d = dict(k=k, T=T, axis=1, out_features=8192, in_features=8192)
     runs["pair_rows"] = lambda: pair_cuda.matvec(x, w, s, L=16, **d)
+    runs["pair_rows_mma"] = lambda: pair_cuda.matvec(x, w, s, L=16, cfg=pair_cuda.ROWS_MMA, **d)
+    runs["pair_rows_int8"] = lambda: pair_cuda.matvec(x, w, s, L=16, cfg=pair_cuda.ROWS_CFG[M],
+                                                      **d)
     runs["mul1_rows"] = lambda: tc.matvec(x, w, s, code="mul1", L=12, **d)
     xc = torch.randn(M, 17408, device="cuda", dtype=torch.bfloat16, generator=g)
     wc, sc = packed(17408, 5120, k, g)
