@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import simt_harness
 from test_pair_gemv_host import CASES, _case, _exe, _round_to, rows_ref, run
 
 X_BF16, X_F16, X_F32 = 1, 2, 3  # the harness's x dtypes for pair_rows_mma (float32: to bf16)
@@ -18,6 +19,15 @@ def harnesses(tmp_path_factory) -> dict:
     return {}
 
 
+def _mma_exe(harnesses, tmp_path_factory, k: int, L: int, pp: int):
+    """The emulator built with TQ_PAIR_MMA_PP = pp (periods a lane takes of a row an item)."""
+    if (k, L, pp) not in harnesses:
+        harnesses[k, L, pp] = simt_harness.build(
+            "pair_host", "tqbuild/runtime", tmp_path_factory.mktemp(f"mma{k}{L}{pp}"),
+            (f"TQ_K={k}", f"TQ_L={L}", f"TQ_PAIR_MMA_PP={pp}"))
+    return harnesses[k, L, pp]
+
+
 def mma_ref(x, w16, scales, xdt: int) -> np.ndarray:
     """[M, rows] in the table's int16 units: x and the entries (· 2^-13) in the kernel's
     halves (fp16 where x is fp16, else bf16), exact products, float64 sums."""
@@ -26,6 +36,7 @@ def mma_ref(x, w16, scales, xdt: int) -> np.ndarray:
     return (_round_to(x, half) @ wh.T) * scales.astype(np.float64)[None, :]
 
 
+@pytest.mark.parametrize("pp", [1, 2])
 @pytest.mark.parametrize("kl", CASES)
 @pytest.mark.parametrize("M,rows,n,T,blocks,xdt", [
     (3, 37, 512, 256, 3, X_BF16),   # a last tile partly filled; warps sharing each tile
@@ -33,20 +44,24 @@ def mma_ref(x, w16, scales, xdt: int) -> np.ndarray:
     (1, 640, 128, 64, 1, X_F32),    # 40 tiles of one item on 16 warps: tiles taken whole
     (5, 300, 192, 64, 2, X_BF16)])  # 6 periods a row: a tile's second item half empty
 def test_rows_mma_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, M, rows, n, T,
-                                       blocks, xdt):
+                                       blocks, xdt, pp):
+    """Both item shapes: a lane's one period of a row, or two adjacent ones (their words in
+    8-byte loads at k = 3, 16-byte at k = 2, 4; the pair's next word across a block's end at
+    T = 64)."""
     k, L = kl
-    exe = _exe(harnesses, tmp_path_factory, k, L)
+    exe = _mma_exe(harnesses, tmp_path_factory, k, L, pp)
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 13 + M + rows + xdt)
     ref = mma_ref(x, w16, scales, xdt)
     got = run(exe, tmp_path, k, 1, words, scales, x, T, blocks=blocks, half=xdt)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
-def test_rows_mma_x_rows_below_and_above_the_table(harnesses, tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("pp", [1, 2])
+def test_rows_mma_x_rows_below_and_above_the_table(harnesses, tmp_path_factory, tmp_path, pp):
     """8 rows of 8192 inputs: 3 in the shared memory below the table, 5 after it, staged in
-    16 trips of 512 threads; each tile's 64 items on 16 warps (4 a warp)."""
+    16 trips of 512 threads; each tile's 64 / pp items on 16 warps."""
     k, L, rows, n, T, M = 3, 12, 20, 8192, 256, 8
-    exe = _exe(harnesses, tmp_path_factory, k, L)
+    exe = _mma_exe(harnesses, tmp_path_factory, k, L, pp)
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=81)
     ref = mma_ref(x, w16, scales, X_BF16)
     got = run(exe, tmp_path, k, 1, words, scales, x, T, blocks=1, half=X_BF16)

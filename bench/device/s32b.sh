@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 32's second call: pair_rows_mma's knobs, each a library of that kernel alone
 # (-DTQ_PAIR_MMA_ONLY): mma chains an item (ACC 1, 2, 4), items in flight (D 2, 3, 4), 1024
-# threads (D 2: 64 registers, 48 bytes spilled); 8192² and gate at k = 3, 4, M = 1, 4, 8;
+# threads (D 2: 64 registers, 48 bytes spilled), two adjacent periods a lane (PP 2: their words
+# in 8- or 16-byte loads); 8192² and gate at k = 3, 4, M = 1, 4, 8;
 # then ncu: stalls and the L1's wavefronts (shared and global) of the mma kernel (M = 1, 4)
 # and the int8 kernel (M = 1, ROWS_CFG's), 8192², k = 3.   TAG, END_S.
 #   bash bench/device/s32b.sh (carry .whl)
@@ -10,7 +11,8 @@ source bench/device/env.sh
 TAG=${TAG:--s32b}
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
-for v in "ACC=1 D=3" "ACC=2 D=3" "ACC=4 D=3" "ACC=2 D=2" "ACC=2 D=4" "ACC=2 D=2 NTH=1024"; do
+for v in "ACC=1 D=3" "ACC=2 D=3" "ACC=4 D=3" "ACC=2 D=2" "ACC=2 D=4" "ACC=2 D=2 NTH=1024" \
+    "ACC=2 D=2 PP=2" "ACC=2 D=3 PP=2"; do
   f="-DTQ_PAIR_MMA_ONLY"; t="$TAG"
   for kv in $v; do f="$f -DTQ_PAIR_MMA_$kv"; t="$t-${kv/=/}"; done
   echo "=== $v $SECONDS s"

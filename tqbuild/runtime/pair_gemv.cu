@@ -518,7 +518,42 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
 #ifndef TQ_PAIR_MMA_ACC
 #define TQ_PAIR_MMA_ACC 2  // pair_rows_mma: independent chains of mma an item (their sums)
 #endif
+#ifndef TQ_PAIR_MMA_PP
+#define TQ_PAIR_MMA_PP 1  // pair_rows_mma: adjacent periods a lane takes of a row an item (1, 2)
+#endif
 constexpr int MMA_NTH = TQ_PAIR_MMA_NTH, MMA_D = TQ_PAIR_MMA_D, MMA_ACC = TQ_PAIR_MMA_ACC;
+constexpr int MMA_PP = TQ_PAIR_MMA_PP, MMA_WN = MMA_PP * K + 1;  // words a row of a slot
+static_assert(MMA_PP == 1 || MMA_PP == 2, "one period or two a lane");
+
+// periods p and p + 1 (p even, ppb ≥ 2: the pair lies in one block) of a stored row: their 2K
+// words (8-byte loads where `wide`: 16-byte at K = 2, 4) and the next period's first; p alone
+// (load_words) where p + 1 is past the row's ng periods
+TQ_DEV void load_pair(const uint32_t* row, int p, int ppb, int ng, bool wide,
+                      uint32_t (&w)[2 * K + 1]) {
+    if (p + 1 >= ng) {
+        load_words(row, p, ppb, reinterpret_cast<uint32_t (&)[K + 1]>(w));
+        return;
+    }
+    const uint32_t* a = row + K * p;
+    if (wide && K % 2 == 0) {
+#pragma unroll
+        for (int j = 0; j < K / 2; ++j) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(a) + j);
+            w[4 * j] = v.x; w[4 * j + 1] = v.y; w[4 * j + 2] = v.z; w[4 * j + 3] = v.w;
+        }
+    } else if (wide) {
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+            const uint2 v = __ldg(reinterpret_cast<const uint2*>(a) + j);
+            w[2 * j] = v.x; w[2 * j + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 2 * K; ++j) w[j] = __ldg(a + j);
+    }
+    const int last = ((p + 1) & (ppb - 1)) == ppb - 1;
+    w[2 * K] = __ldg(a + (last ? K * (2 - ppb) : 2 * K));
+}
 static_assert(8 % MMA_ACC == 0, "an item's 8 mma over the chains");
 TQ_DEV int mma_x_slot(int m, int G, int q) { return 64 * G + 16 * (q ^ ((m + (G >> 1)) & 3)); }
 // rows of x below the table (the dynamic shared memory below TAB_OFF is otherwise unused)
@@ -581,13 +616,16 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     TQ_DYN_SMEM;
     constexpr int NW = MMA_NTH / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int ng = n >> 5, nw = ng * K, nu = (ng + 3) >> 2;  // periods, words a row; items a tile
+    const int ng = n >> 5, nw = ng * K, nu = (ng + 4 * MMA_PP - 1) / (4 * MMA_PP);  // periods,
+    // words a row; items a tile (an item: 4·MMA_PP periods of the tile's 16 rows)
+    // the pairs' 8- or 16-byte loads where the words' address and the row length allow them
+    const bool wide = ng % 2 == 0 && (uintptr_t)words % (K % 2 ? 8 : 16) == 0;
     const int tiles = (rows + 15) >> 4;
     const int ta = (int)((int64_t)tiles * blockIdx.x / nblocks);
     const int N = ((int)((int64_t)tiles * (blockIdx.x + 1) / nblocks) - ta) * nu;  // the block's items
     const int lo = N * warp / NW, hi = N * (warp + 1) / NW;  // this warp's
     float* part = reinterpret_cast<float*>(smem + mma_part_off(M, n));  // [NW][2][4][32]
-    uint32_t ws[MMA_D][2][K + 1] = {};  // the slots (a lane past ng decodes any words)
+    uint32_t ws[MMA_D][2][MMA_WN] = {};  // the slots (a lane past ng decodes any words)
     int lt = lo / nu, lu = lo - lt * nu, li = lo;  // the next item to load: tile (of the block's), item
     const uint32_t *row0, *row1;  // its rows g and g + 8 (past the last row: the last row)
     auto tile_rows = [&] {
@@ -596,11 +634,18 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
         row1 = words + (size_t)min(r + 8, rows - 1) * nw;
     };
     tile_rows();
-    auto load_item = [&](uint32_t (&slot)[2][K + 1]) {
-        const int p = 4 * lu + c;
+    auto load_item = [&](uint32_t (&slot)[2][MMA_WN]) {
+        const int p = MMA_PP * (4 * lu + c);
         if (li < hi && p < ng) {
-            load_words(row0, p, ppb, slot[0]);
-            load_words(row1, p, ppb, slot[1]);
+            using One = uint32_t (&)[K + 1];
+            using Two = uint32_t (&)[2 * K + 1];
+            if constexpr (MMA_PP == 1) {
+                load_words(row0, p, ppb, reinterpret_cast<One>(slot[0]));
+                load_words(row1, p, ppb, reinterpret_cast<One>(slot[1]));
+            } else {
+                load_pair(row0, p, ppb, ng, wide, reinterpret_cast<Two>(slot[0]));
+                load_pair(row1, p, ppb, ng, wide, reinterpret_cast<Two>(slot[1]));
+            }
         }
         ++li;
         if (++lu == nu) {
@@ -630,26 +675,31 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     auto entry = [&](const uint32_t (&w)[K + 1], int v) {
         return lds_abs(((window(w, v) * HMUL) & AMASK) | lane4);
     };
-    auto item = [&](uint32_t (&slot)[2][K + 1]) {
-        const int p = 4 * du + c;
-        uint32_t xv[16];
-        if (g < M && p < ng) {
-            const int G = group_of(p, ppb);
+    auto item = [&](uint32_t (&slot)[2][MMA_WN]) {
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const uint4 t = *reinterpret_cast<const uint4*>(xrow + mma_x_slot(g, G, q));
-                xv[4 * q] = t.x; xv[4 * q + 1] = t.y; xv[4 * q + 2] = t.z; xv[4 * q + 3] = t.w;
+        for (int h = 0; h < MMA_PP; ++h) {  // the lane's period p of the item (words from hK)
+            const int p = MMA_PP * (4 * du + c) + h;
+            uint32_t xv[16];
+            if (g < M && p < ng) {
+                const int G = group_of(p, ppb);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const uint4 t = *reinterpret_cast<const uint4*>(xrow + mma_x_slot(g, G, q));
+                    xv[4 * q] = t.x; xv[4 * q + 1] = t.y; xv[4 * q + 2] = t.z; xv[4 * q + 3] = t.w;
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < 16; ++q) xv[q] = 0u;
             }
-        } else {
+            const auto& w0 = reinterpret_cast<const uint32_t (&)[K + 1]>(slot[0][h * K]);
+            const auto& w1 = reinterpret_cast<const uint32_t (&)[K + 1]>(slot[1][h * K]);
 #pragma unroll
-            for (int q = 0; q < 16; ++q) xv[q] = 0u;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const uint32_t a[4] = {entry(slot[0], 2 * j + 1), entry(slot[1], 2 * j + 1),
-                                   entry(slot[0], 2 * j), entry(slot[1], 2 * j)};
-            const uint32_t b[2] = {xv[14 - 2 * j], xv[15 - 2 * j]};  // adjacent registers
-            mma16816<DT>(acc[j % MMA_ACC], a, b);
+            for (int j = 0; j < 8; ++j) {
+                const uint32_t a[4] = {entry(w0, 2 * j + 1), entry(w1, 2 * j + 1), entry(w0, 2 * j),
+                                       entry(w1, 2 * j)};
+                const uint32_t b[2] = {xv[14 - 2 * j], xv[15 - 2 * j]};  // adjacent registers
+                mma16816<DT>(acc[j % MMA_ACC], a, b);
+            }
         }
         load_item(slot);
         if (du == nu - 1 || di == hi - 1) {  // the tile's sums: out, or to shared memory
@@ -1106,6 +1156,7 @@ int tq_pair_rows_mma(const void* words, const void* scales, const void* table, c
                      int nblocks, int pdl, void* stream) {
     if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
     if (M < 1 || M > 8) return -1;
+    if (MMA_PP == 2 && T < 64) return -4;  // a lane's period pair in one block
     const size_t smem = rows_mma_smem(M, n);
     if (smem > smem_limit()) return -2;
     auto kern = dt == 2 ? pair_rows_mma<1> : pair_rows_mma<0>;
