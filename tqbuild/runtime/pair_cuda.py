@@ -63,6 +63,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows_mma": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 5 + [_F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
     "tq_pair_rows_mma_smem": (_Z, [_I] * 2),
+    "tq_pair_rows_mma_min_T": (_I, []),
     "tq_pair_cols_smem": (_Z, [_I] * 4)}
 
 
@@ -127,7 +128,7 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     if lib is None:
         return False
     if axis == 1:
-        rb, _, nth = rows_cfg(lib, M, in_features)
+        rb, _, nth = rows_cfg(lib, M, in_features, T)
         need = lib.tq_pair_rows_smem(M, in_features, rb, nth) if rb else 0
     else:
         blocks = _sm_count(_index(x))
@@ -137,10 +138,11 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     return need <= trellis_cuda.SMEM_LIMIT
 
 
-def rows_cfg(lib: ctypes.CDLL, M: int, in_features: int) -> tuple[int, int, int]:
+def rows_cfg(lib: ctypes.CDLL, M: int, in_features: int, T: int) -> tuple[int, int, int]:
     """The rows instance a call of M rows of x takes by default: ROWS_MMA from
-    ROWS_MMA_FROM_M rows where its shared memory (x's halves) fits, else ROWS_CFG's."""
-    if M >= ROWS_MMA_FROM_M and \
+    ROWS_MMA_FROM_M rows where its shared memory (x's halves) fits and its blocks hold a
+    lane's run of periods, else ROWS_CFG's."""
+    if M >= ROWS_MMA_FROM_M and T >= lib.tq_pair_rows_mma_min_T() and \
             lib.tq_pair_rows_mma_smem(M, in_features) <= trellis_cuda.SMEM_LIMIT:
         return ROWS_MMA
     return ROWS_CFG[M]
@@ -167,7 +169,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     pdl = int(trellis_cuda.pdl(_index(x)))  # programmatic dependent launch where built for it
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1:
-        rb, wpr, nth = cfg or rows_cfg(lib, M, in_features)  # type: ignore[misc]
+        rb, wpr, nth = cfg or rows_cfg(lib, M, in_features, T)  # type: ignore[misc]
         if rb == 0:  # ROWS_MMA
             rc = lib.tq_pair_rows_mma(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                                       x.data_ptr(), dt, out.data_ptr(), odt, M, out_features,

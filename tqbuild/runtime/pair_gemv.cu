@@ -519,40 +519,45 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
 #define TQ_PAIR_MMA_ACC 2  // pair_rows_mma: independent chains of mma an item (their sums)
 #endif
 #ifndef TQ_PAIR_MMA_PP
-#define TQ_PAIR_MMA_PP 1  // pair_rows_mma: adjacent periods a lane takes of a row an item (1, 2)
+#define TQ_PAIR_MMA_PP 1  // pair_rows_mma: adjacent periods a lane takes of a row an item (1, 2, 4)
 #endif
 constexpr int MMA_NTH = TQ_PAIR_MMA_NTH, MMA_D = TQ_PAIR_MMA_D, MMA_ACC = TQ_PAIR_MMA_ACC;
 constexpr int MMA_PP = TQ_PAIR_MMA_PP, MMA_WN = MMA_PP * K + 1;  // words a row of a slot
-static_assert(MMA_PP == 1 || MMA_PP == 2, "one period or two a lane");
+static_assert(MMA_PP == 1 || MMA_PP == 2 || MMA_PP == 4, "1, 2 or 4 periods a lane");
 
-// periods p and p + 1 (p even, ppb ≥ 2: the pair lies in one block) of a stored row: their 2K
-// words (8-byte loads where `wide`: 16-byte at K = 2, 4) and the next period's first; p alone
-// (load_words) where p + 1 is past the row's ng periods
-TQ_DEV void load_pair(const uint32_t* row, int p, int ppb, int ng, bool wide,
-                      uint32_t (&w)[2 * K + 1]) {
-    if (p + 1 >= ng) {
-        load_words(row, p, ppb, reinterpret_cast<uint32_t (&)[K + 1]>(w));
+// periods p … p + PP − 1 (p a multiple of PP ≤ ppb: one block's, so that each period's next
+// word but the last's is the following period's first) of a stored row: their PP·K words in
+// loads of `vec` bytes (16, 8 or 4: what the run's and the rows' alignment allow, the same for
+// every lane) and the next period's first word; the periods before ng only
+template <int PP>
+TQ_DEV void load_run(const uint32_t* row, int p, int ppb, int ng, int vec,
+                     uint32_t (&w)[PP * K + 1]) {
+    constexpr int R = PP * K;
+    const uint32_t* a = row + K * p;
+    if (PP > 1 && p + PP > ng) {  // a run cut short by the row's end: its periods one by one
+#pragma unroll
+        for (int h = 0; h < PP; ++h)
+            if (p + h < ng) load_words(row, p + h, ppb, reinterpret_cast<uint32_t (&)[K + 1]>(w[h * K]));
         return;
     }
-    const uint32_t* a = row + K * p;
-    if (wide && K % 2 == 0) {
+    if (R % 4 == 0 && vec == 16) {
 #pragma unroll
-        for (int j = 0; j < K / 2; ++j) {
+        for (int j = 0; j < R / 4; ++j) {
             const uint4 v = __ldg(reinterpret_cast<const uint4*>(a) + j);
             w[4 * j] = v.x; w[4 * j + 1] = v.y; w[4 * j + 2] = v.z; w[4 * j + 3] = v.w;
         }
-    } else if (wide) {
+    } else if (R % 2 == 0 && vec >= 8) {
 #pragma unroll
-        for (int j = 0; j < K; ++j) {
+        for (int j = 0; j < R / 2; ++j) {
             const uint2 v = __ldg(reinterpret_cast<const uint2*>(a) + j);
             w[2 * j] = v.x; w[2 * j + 1] = v.y;
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < 2 * K; ++j) w[j] = __ldg(a + j);
+        for (int j = 0; j < R; ++j) w[j] = __ldg(a + j);
     }
-    const int last = ((p + 1) & (ppb - 1)) == ppb - 1;
-    w[2 * K] = __ldg(a + (last ? K * (2 - ppb) : 2 * K));
+    const int pl = p + PP - 1, last = (pl & (ppb - 1)) == ppb - 1;  // the run's last period
+    w[R] = __ldg(row + K * (last ? pl + 1 - ppb : pl + 1));
 }
 static_assert(8 % MMA_ACC == 0, "an item's 8 mma over the chains");
 TQ_DEV int mma_x_slot(int m, int G, int q) { return 64 * G + 16 * (q ^ ((m + (G >> 1)) & 3)); }
@@ -618,8 +623,12 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int ng = n >> 5, nw = ng * K, nu = (ng + 4 * MMA_PP - 1) / (4 * MMA_PP);  // periods,
     // words a row; items a tile (an item: 4·MMA_PP periods of the tile's 16 rows)
-    // the pairs' 8- or 16-byte loads where the words' address and the row length allow them
-    const bool wide = ng % 2 == 0 && (uintptr_t)words % (K % 2 ? 8 : 16) == 0;
+    // the widest load a lane's run of words allows: its bytes, a row's, the words' address
+    const int vec = [&] {
+        for (int v = 16; v > 4; v /= 2)
+            if ((MMA_PP * K * 4) % v == 0 && (nw * 4) % v == 0 && (uintptr_t)words % v == 0) return v;
+        return 4;
+    }();
     const int tiles = (rows + 15) >> 4;
     const int ta = (int)((int64_t)tiles * blockIdx.x / nblocks);
     const int N = ((int)((int64_t)tiles * (blockIdx.x + 1) / nblocks) - ta) * nu;  // the block's items
@@ -637,15 +646,8 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     auto load_item = [&](uint32_t (&slot)[2][MMA_WN]) {
         const int p = MMA_PP * (4 * lu + c);
         if (li < hi && p < ng) {
-            using One = uint32_t (&)[K + 1];
-            using Two = uint32_t (&)[2 * K + 1];
-            if constexpr (MMA_PP == 1) {
-                load_words(row0, p, ppb, reinterpret_cast<One>(slot[0]));
-                load_words(row1, p, ppb, reinterpret_cast<One>(slot[1]));
-            } else {
-                load_pair(row0, p, ppb, ng, wide, reinterpret_cast<Two>(slot[0]));
-                load_pair(row1, p, ppb, ng, wide, reinterpret_cast<Two>(slot[1]));
-            }
+            load_run<MMA_PP>(row0, p, ppb, ng, vec, slot[0]);
+            load_run<MMA_PP>(row1, p, ppb, ng, vec, slot[1]);
         }
         ++li;
         if (++lu == nu) {
@@ -1125,6 +1127,7 @@ extern "C" {
 // it fits the device)
 size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
 size_t tq_pair_rows_mma_smem(int M, int n) { return rows_mma_smem(M, n); }
+int tq_pair_rows_mma_min_T() { return 32 * MMA_PP; }  // the shortest block it takes
 size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half) {  // of one row
     return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT, 1);
 }
@@ -1156,7 +1159,7 @@ int tq_pair_rows_mma(const void* words, const void* scales, const void* table, c
                      int nblocks, int pdl, void* stream) {
     if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
     if (M < 1 || M > 8) return -1;
-    if (MMA_PP == 2 && T < 64) return -4;  // a lane's period pair in one block
+    if (T < 32 * MMA_PP) return -4;  // a lane's run of periods in one block
     const size_t smem = rows_mma_smem(M, n);
     if (smem > smem_limit()) return -2;
     auto kern = dt == 2 ? pair_rows_mma<1> : pair_rows_mma<0>;
