@@ -624,11 +624,11 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     const int ng = n >> 5, nw = ng * K, nu = (ng + 4 * MMA_PP - 1) / (4 * MMA_PP);  // periods,
     // words a row; items a tile (an item: 4·MMA_PP periods of the tile's 16 rows)
     // the widest load a lane's run of words allows: its bytes, a row's, the words' address
-    const int vec = [&] {
-        for (int v = 16; v > 4; v /= 2)
-            if ((MMA_PP * K * 4) % v == 0 && (nw * 4) % v == 0 && (uintptr_t)words % v == 0) return v;
-        return 4;
-    }();
+    // (no lambda here: nvcc 13.0's front end fails on one called in place in this kernel)
+    const uintptr_t wa = (uintptr_t)words;
+    const int vec = MMA_PP * K % 4 == 0 && nw % 4 == 0 && wa % 16 == 0  ? 16
+                    : MMA_PP * K % 2 == 0 && nw % 2 == 0 && wa % 8 == 0 ? 8
+                                                                         : 4;
     const int tiles = (rows + 15) >> 4;
     const int ta = (int)((int64_t)tiles * blockIdx.x / nblocks);
     const int N = ((int)((int64_t)tiles * (blockIdx.x + 1) / nblocks) - ta) * nu;  // the block's items
