@@ -4,7 +4,8 @@
         --section WarpStateStats --section Occupancy python bench/ncu_decode.py [--k 3]
 
 Runs, M = 1 (or --m), random packed weights: the pair rows kernel on 8192 × 8192 (its
-default, the tensor-core and the int8 instance), the pair
+default, the tensor-core instance — its run of periods a lane from $TQ_NCU_PP — and the int8
+instance), the pair
 cols kernel (one-warp walkers, int8 and packed-fp16 walks) and the mul1 cols kernel on
 5120 × 17408, the mul1 rows kernel on 8192 × 8192, and the 4-bit affine kernel on the 8B
 model's q/k/v (6144 × 4096) — each twice (the second is the one to read: its code and tables
@@ -14,6 +15,7 @@ are warm).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -48,7 +50,8 @@ def main() -> None:
     w, s = packed(8192, 8192, k, g)
     d = dict(k=k, T=T, axis=1, out_features=8192, in_features=8192)
     runs["pair_rows"] = lambda: pair_cuda.matvec(x, w, s, L=16, **d)
-    runs["pair_rows_mma"] = lambda: pair_cuda.matvec(x, w, s, L=16, cfg=pair_cuda.ROWS_MMA, **d)
+    mma = (0, int(os.environ.get("TQ_NCU_PP", pair_cuda.ROWS_MMA[1])), 512)  # its run (pp)
+    runs["pair_rows_mma"] = lambda: pair_cuda.matvec(x, w, s, L=16, cfg=mma, **d)
     runs["pair_rows_int8"] = lambda: pair_cuda.matvec(x, w, s, L=16, cfg=pair_cuda.ROWS_CFG[M],
                                                       **d)
     runs["mul1_rows"] = lambda: tc.matvec(x, w, s, code="mul1", L=12, **d)

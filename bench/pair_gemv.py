@@ -132,8 +132,9 @@ def main() -> None:
                 if s:
                     res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr} T{nth}"] = {
                         "loop_instructions": s[0], "per_weight": s[0] / (rb * 64), "ops": s[1]}
-        # the tensor-core rows kernel: a trip decodes 3 items (8 mma, 64 weights a lane each)
-        s = sass_loop(lib, "pair_rows_mmaILi0E", 24, "HMMA")
+        # the tensor-core rows kernel at pp = 1: a trip decodes 3 items (8 mma, 64 weights a
+        # lane each)
+        s = sass_loop(lib, "pair_rows_mmaILi0ELi1E", 24, "HMMA")
         if s:
             res["sass"][f"k{k} rows mma (any M)"] = {
                 "loop_instructions": s[0], "per_weight": s[0] / 192, "ops": s[1]}
@@ -191,13 +192,13 @@ def main() -> None:
                     return graph_time(calls(cf)) / n
 
                 tried = {}
-                cfgs = ([*ROWS_CFGS.get(M, []), pair_cuda.ROWS_MMA] if axis == 1 else
+                cfgs = ([*ROWS_CFGS.get(M, []), *pair_cuda.ROWS_MMA_CFGS] if axis == 1 else
                         [(1, 0), (2, 0), (1, 1), (2, 1)])
                 if a.quick:
-                    cfgs = [pair_cuda.ROWS_CFG[M], pair_cuda.ROWS_MMA] if axis == 1 else \
+                    cfgs = [pair_cuda.ROWS_CFG[M], *pair_cuda.ROWS_MMA_CFGS] if axis == 1 else \
                         [pair_cuda.COLS_CFG]
                 if a.mma_only and axis == 1:
-                    cfgs = [pair_cuda.ROWS_MMA]
+                    cfgs = list(pair_cuda.ROWS_MMA_CFGS)
                 for cfg in cfgs:
                     tried[str(cfg)] = seconds(cfg)
                 best = min(tried, key=tried.get)

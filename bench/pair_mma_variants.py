@@ -1,11 +1,12 @@
 """pair_rows_mma's build knobs (runtime/pair_gemv.cu's TQ_PAIR_MMA_*) timed in one process,
 next to bf16 cuBLAS and the int8 rows kernel's default instance (ROWS_CFG), on the GPU:
 
-    python bench/pair_mma_variants.py --variants "PP=1 D=3;PP=4 D=2" [--ks 3,4] [--ms 1,4,8]
+    python bench/pair_mma_variants.py --variants "ACC=2;D=2 ACC=4" [--ks 3,4] [--ms 1,4,8]
         [--shapes 8192x8192,gate] [--tag=-x]   # -> bench/results/pair_mma_variants{tag}.json
 
 Each variant is a library of that kernel alone (-DTQ_PAIR_MMA_ONLY plus its knobs, e.g.
-"PP=4 D=2" → -DTQ_PAIR_MMA_PP=4 -DTQ_PAIR_MMA_D=2); µs a call from CUDA graphs over copies
+"D=2 ACC=4" → -DTQ_PAIR_MMA_D=2 -DTQ_PAIR_MMA_ACC=4), each of its runs of periods a lane
+(pair_cuda.ROWS_MMA_CFGS) timed; µs a call from CUDA graphs over copies
 whose working set exceeds 3× the L2 (bench/trellis_matvec.py's timing), every variant on the
 same copies. Correctness is tests/test_pair_cuda.py's at the default knobs (and the SIMT
 emulator's at each PP: tests/test_pair_rows_mma_host.py).
@@ -40,7 +41,7 @@ def flags_of(variant: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variants", required=True, help="';'-separated knob sets, e.g. 'PP=2 D=2'")
+    ap.add_argument("--variants", required=True, help="';'-separated knob sets, e.g. 'D=2 ACC=4'")
     ap.add_argument("--ks", default="3,4")
     ap.add_argument("--ms", default="1,4,8")
     ap.add_argument("--shapes", default="8192x8192,gate")
@@ -78,7 +79,8 @@ def main() -> None:
                      "int8_seconds": seconds(pair_cuda.ROWS_CFG[M]), "mma_seconds": {}}
                 for v in variants:
                     os.environ[FLAGS], pair_cuda._libs = flags_of(v), {}
-                    c["mma_seconds"][v] = seconds(pair_cuda.ROWS_MMA)
+                    for cfg in pair_cuda.ROWS_MMA_CFGS:
+                        c["mma_seconds"][f"{v} pp={cfg[1]}"] = seconds(cfg)
                 os.environ[FLAGS], pair_cuda._libs = base_flags, {}
                 res["cases"].append(c)
                 us = {v: round(t * 1e6, 2) for v, t in c["mma_seconds"].items()}

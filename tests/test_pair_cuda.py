@@ -56,7 +56,8 @@ def test_rows_instances_match_the_library_source():
              re.findall(r"TQ_PAIR_ROWS\((\d+), (\d+), (\d+), (\d+)\)", body)]
     assert found == pair_cuda.ROWS_INSTANCES
     assert all((M, *c) in found for M, c in pair_cuda.ROWS_CFG.items())
-    assert pair_cuda.ROWS_MMA not in pair_cuda.ROWS_CFG.values()  # rb = 0: the mma kernel
+    assert pair_cuda.ROWS_MMA in pair_cuda.ROWS_MMA_CFGS  # rb = 0: the mma kernel
+    assert not set(pair_cuda.ROWS_MMA_CFGS) & set(pair_cuda.ROWS_CFG.values())
 
 
 def test_cols_rows_a_launch_match_the_library_source():
@@ -120,10 +121,11 @@ def test_rows_kernel_equals_the_reference(k, L, M, cfg):
 
 @needs_cuda
 @pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
+@pytest.mark.parametrize("pp", [1, 2, 4])
 @pytest.mark.parametrize("M,dtype,n", [(1, torch.bfloat16, 1024), (2, torch.float16, 1024),
                                        (4, torch.bfloat16, 8192), (5, torch.float32, 1024),
                                        (8, torch.bfloat16, 4096), (8, torch.float16, 1024)])
-def test_rows_mma_equals_the_reference(k, L, M, dtype, n):
+def test_rows_mma_equals_the_reference(k, L, M, dtype, n, pp):
     """pair_rows_mma (ROWS_MMA) on the GPU's tensor cores: x and the entries in bf16 (fp16
     for fp16 x; float32 x rounded to bf16), float32 sums; 300 rows (a last tile partly
     filled), x's rows below and above the table at 4096 and 8192 inputs."""
@@ -140,7 +142,7 @@ def test_rows_mma_equals_the_reference(k, L, M, dtype, n):
     ref = mma_ref(x.float().numpy(), _w16(words, k, T, L), scales, xdt) / 8192
     got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
                            torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=1,
-                           out_features=rows, in_features=n, cfg=pair_cuda.ROWS_MMA)
+                           out_features=rows, in_features=n, cfg=(0, pp, 512))
     err = np.abs(got.double().cpu().numpy() - ref).max()
     assert err <= 1e-5 * np.abs(ref).max()
 

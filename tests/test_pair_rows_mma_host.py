@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import simt_harness
 from test_pair_gemv_host import CASES, _case, _exe, _round_to, rows_ref, run
 
 X_BF16, X_F16, X_F32 = 1, 2, 3  # the harness's x dtypes for pair_rows_mma (float32: to bf16)
@@ -17,15 +16,6 @@ X_BF16, X_F16, X_F32 = 1, 2, 3  # the harness's x dtypes for pair_rows_mma (floa
 @pytest.fixture(scope="module")
 def harnesses(tmp_path_factory) -> dict:
     return {}
-
-
-def _mma_exe(harnesses, tmp_path_factory, k: int, L: int, pp: int):
-    """The emulator built with TQ_PAIR_MMA_PP = pp (periods a lane takes of a row an item)."""
-    if (k, L, pp) not in harnesses:
-        harnesses[k, L, pp] = simt_harness.build(
-            "pair_host", "tqbuild/runtime", tmp_path_factory.mktemp(f"mma{k}{L}{pp}"),
-            (f"TQ_K={k}", f"TQ_L={L}", f"TQ_PAIR_MMA_PP={pp}"))
-    return harnesses[k, L, pp]
 
 
 def mma_ref(x, w16, scales, xdt: int) -> np.ndarray:
@@ -51,10 +41,10 @@ def test_rows_mma_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl
     if T < 32 * pp:
         pytest.skip("tq_pair_rows_mma refuses a run of periods over two blocks")
     k, L = kl
-    exe = _mma_exe(harnesses, tmp_path_factory, k, L, pp)
+    exe = _exe(harnesses, tmp_path_factory, k, L)
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 13 + M + rows + xdt)
     ref = mma_ref(x, w16, scales, xdt)
-    got = run(exe, tmp_path, k, 1, words, scales, x, T, blocks=blocks, half=xdt)
+    got = run(exe, tmp_path, k, 1, words, scales, x, T, wpr=pp, blocks=blocks, half=xdt)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
@@ -63,10 +53,10 @@ def test_rows_mma_x_rows_below_and_above_the_table(harnesses, tmp_path_factory, 
     """8 rows of 8192 inputs: 3 in the shared memory below the table, 5 after it, staged in
     16 trips of 512 threads; each tile's 64 / pp items on 16 warps."""
     k, L, rows, n, T, M = 3, 12, 20, 8192, 256, 8
-    exe = _mma_exe(harnesses, tmp_path_factory, k, L, pp)
+    exe = _exe(harnesses, tmp_path_factory, k, L)
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=81)
     ref = mma_ref(x, w16, scales, X_BF16)
-    got = run(exe, tmp_path, k, 1, words, scales, x, T, blocks=1, half=X_BF16)
+    got = run(exe, tmp_path, k, 1, words, scales, x, T, wpr=pp, blocks=1, half=X_BF16)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
@@ -102,12 +92,13 @@ def test_rows_mma_keeps_rows_apart_and_rounds_outputs_once(harnesses, tmp_path_f
     words, scales, x, w16 = _case(k, L, rows, n, T, 3, seed=17)
     x[0, 7] = np.nan
     x[1] = 0.0
-    got = run(exe, tmp_path, k, 1, words, scales, x, T, blocks=3, half=X_BF16)
+    got = run(exe, tmp_path, k, 1, words, scales, x, T, wpr=2, blocks=3, half=X_BF16)
     assert np.isnan(got[0]).all()
     assert np.array_equal(got[1], np.zeros(rows))
     ref = mma_ref(x[2:], w16, scales, X_BF16)[0]
     assert np.abs(got[2] - ref).max() <= 1e-5 * np.abs(ref).max()
     x = x / 16  # (exact) outputs within fp16's range
-    f32 = run(exe, tmp_path, k, 1, words, scales, x, T, blocks=3, half=X_BF16)
-    half = run(exe, tmp_path, k, 1, words, scales, x, T, blocks=3, half=X_BF16, odt=odt)
+    f32 = run(exe, tmp_path, k, 1, words, scales, x, T, wpr=2, blocks=3, half=X_BF16)
+    half = run(exe, tmp_path, k, 1, words, scales, x, T, wpr=2, blocks=3, half=X_BF16,
+               odt=odt)
     assert np.isfinite(half[1:]).all() and np.array_equal(half[1:], _round_to(f32[1:], odt))

@@ -4,7 +4,7 @@
 // wpr, blocks (axis 0: rb = warps walking a tile's inputs together, 1 or 2), nth (rows:
 // threads a block), gsw (words a quantized group), odt (the output's dtype: 0 f32, 1 bf16,
 // 2 f16), half (axis 0: the walk in packed fp16; axis 1: pair_rows_mma on x as bf16 (1), f16
-// (2) or float32 (3)), then words [rows, n·k/32] u32, scales [rows]
+// (2) or float32 (3), wpr its run of periods a lane), then words [rows, n·k/32] u32, scales [rows]
 // f16 bits (u16), the table [512] u32 and x [M, inputs] float32; OUT: [M, outputs] of dtype
 // odt (× the table's unit).
 #include <cstdio>
@@ -54,12 +54,16 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < x.size(); ++i) xh[i] = half == 2 ? simt::f16_round(x[i]) : simt::bf16_round(x[i]);
     const int dt = half == 3 ? 0 : half;
     const void* xp = half == 3 ? (const void*)x.data() : (const void*)xh.data();
-    simt::launch(blocks, 1, MMA_NTH, [&] {
-      if (dt == 2)
-        pair_rows_mma<1>(w.data(), s.data(), tab.data(), xp, dt, O, M, nrows, n, T / 32, 1.0f, blocks);
-      else
-        pair_rows_mma<0>(w.data(), s.data(), tab.data(), xp, dt, O, M, nrows, n, T / 32, 1.0f, blocks);
-    });
+    auto kern = [&](auto f) {
+      simt::launch(blocks, 1, MMA_NTH, [&] {
+        f(w.data(), s.data(), tab.data(), xp, dt, O, M, nrows, n, T / 32, 1.0f, blocks);
+      });
+    };
+    const int pp = wpr;  // the run of periods a lane takes
+    if (dt == 2)
+      pp == 1 ? kern(pair_rows_mma<1, 1>) : pp == 2 ? kern(pair_rows_mma<1, 2>) : kern(pair_rows_mma<1, 4>);
+    else
+      pp == 1 ? kern(pair_rows_mma<0, 1>) : pp == 2 ? kern(pair_rows_mma<0, 2>) : kern(pair_rows_mma<0, 4>);
     return write(argv[2], out, odt);
   }
   if (axis == 1) {

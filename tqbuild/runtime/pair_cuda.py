@@ -39,9 +39,12 @@ ROWS_INSTANCES = [(1, 2, 1, 512), (1, 2, 2, 512), (1, 4, 1, 512), (1, 4, 2, 512)
 ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: (1, 1, 512),
             6: (1, 1, 512), 7: (1, 1, 512), 8: (1, 1, 512)}
 
-# the rows kernel on the tensor cores (pair_gemv.cu's pair_rows_mma: x as bf16 or fp16,
-# any M ≤ 8 sharing one decode) as a rows cfg, and the M from which a rows call takes it
-ROWS_MMA = (0, 0, 512)
+# the rows kernel on the tensor cores (pair_gemv.cu's pair_rows_mma: x as bf16 or fp16, any
+# M ≤ 8 sharing one decode) as rows cfgs (0, pp, threads): pp the run of adjacent periods a
+# lane takes of a row an item (1, 2, 4: its words in fewer, wider loads); the default, and
+# the M from which a rows call takes it
+ROWS_MMA_CFGS = [(0, 1, 512), (0, 2, 512), (0, 4, 512)]
+ROWS_MMA = (0, 1, 512)
 ROWS_MMA_FROM_M = 2
 
 # a cols launch's (sub, half): warps walking one cols tile's inputs together (pair_gemv.cu's
@@ -60,10 +63,9 @@ _P, _I, _F, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_size_t
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tq_pair_rows": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 8 + [_F, _I, _I, _P]),
     "tq_pair_cols": (_I, [_P, _P, _P, _P, _I, _P, _P] + [_I] * 7 + [_F, _I, _I, _P]),
-    "tq_pair_rows_mma": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 5 + [_F, _I, _I, _P]),
+    "tq_pair_rows_mma": (_I, [_P, _P, _P, _P, _I, _P] + [_I] * 6 + [_F, _I, _I, _P]),
     "tq_pair_rows_smem": (_Z, [_I] * 4),
     "tq_pair_rows_mma_smem": (_Z, [_I] * 2),
-    "tq_pair_rows_mma_min_T": (_I, []),
     "tq_pair_cols_smem": (_Z, [_I] * 4)}
 
 
@@ -142,7 +144,7 @@ def rows_cfg(lib: ctypes.CDLL, M: int, in_features: int, T: int) -> tuple[int, i
     """The rows instance a call of M rows of x takes by default: ROWS_MMA from
     ROWS_MMA_FROM_M rows where its shared memory (x's halves) fits and its blocks hold a
     lane's run of periods, else ROWS_CFG's."""
-    if M >= ROWS_MMA_FROM_M and T >= lib.tq_pair_rows_mma_min_T() and \
+    if M >= ROWS_MMA_FROM_M and T >= 32 * ROWS_MMA[1] and \
             lib.tq_pair_rows_mma_smem(M, in_features) <= trellis_cuda.SMEM_LIMIT:
         return ROWS_MMA
     return ROWS_CFG[M]
@@ -155,7 +157,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
            out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [M, in] (f32/bf16/f16) · the packed weight -> [M, out] of out_dtype (f32/bf16/f16,
     written by the kernels: rounded once); words in the plain stored layout (int32), scales
-    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows (ROWS_MMA: the tensor-core kernel),
+    fp16 [stored rows]; cfg: (rb, wpr, threads) for rows (ROWS_MMA_CFGS: the tensor-core kernel),
     (sub, half) for cols."""
     lib = library(k, L)
     assert lib is not None
@@ -170,10 +172,10 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1:
         rb, wpr, nth = cfg or rows_cfg(lib, M, in_features, T)  # type: ignore[misc]
-        if rb == 0:  # ROWS_MMA
+        if rb == 0:  # ROWS_MMA_CFGS: (0, pp, 512)
             rc = lib.tq_pair_rows_mma(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                                       x.data_ptr(), dt, out.data_ptr(), odt, M, out_features,
-                                      in_features, T, FACTOR, blocks, pdl, stream)
+                                      in_features, T, wpr, FACTOR, blocks, pdl, stream)
         else:
             rc = lib.tq_pair_rows(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                                   x.data_ptr(), dt, out.data_ptr(), odt, M, out_features,

@@ -509,21 +509,23 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
 // x in shared memory: row m of x at mma_x_off (rows below the table where they fit, the
 // rest after it), group G at 64·G bytes, its 16-byte chunk q at 16·(q ^ ((m + G/2) & 3)):
 // a warp's 16-byte loads of 4 rows × 4 adjacent groups then hit each bank twice at most.
-#ifndef TQ_PAIR_MMA_D
-#define TQ_PAIR_MMA_D 3  // pair_rows_mma: items' words in flight a lane
-#endif
 #ifndef TQ_PAIR_MMA_NTH
 #define TQ_PAIR_MMA_NTH 512  // pair_rows_mma: threads a block (one block an SM)
 #endif
 #ifndef TQ_PAIR_MMA_ACC
 #define TQ_PAIR_MMA_ACC 2  // pair_rows_mma: independent chains of mma an item (their sums)
 #endif
-#ifndef TQ_PAIR_MMA_PP
-#define TQ_PAIR_MMA_PP 1  // pair_rows_mma: adjacent periods a lane takes of a row an item (1, 2, 4)
+constexpr int MMA_NTH = TQ_PAIR_MMA_NTH, MMA_ACC = TQ_PAIR_MMA_ACC;
+// items' words in flight a lane, by the run PP of periods it takes of a row an item (a slot
+// holds 2·(PP·K + 1) words); TQ_PAIR_MMA_D sets it for every PP (benchmark sweeps)
+template <int PP>
+__host__ __device__ constexpr int mma_depth() {
+#ifdef TQ_PAIR_MMA_D
+    return TQ_PAIR_MMA_D;
+#else
+    return PP == 1 ? 3 : 2;
 #endif
-constexpr int MMA_NTH = TQ_PAIR_MMA_NTH, MMA_D = TQ_PAIR_MMA_D, MMA_ACC = TQ_PAIR_MMA_ACC;
-constexpr int MMA_PP = TQ_PAIR_MMA_PP, MMA_WN = MMA_PP * K + 1;  // words a row of a slot
-static_assert(MMA_PP == 1 || MMA_PP == 2 || MMA_PP == 4, "1, 2 or 4 periods a lane");
+}
 
 // periods p … p + PP − 1 (p a multiple of PP ≤ ppb: one block's, so that each period's next
 // word but the last's is the following period's first) of a stored row: their PP·K words in
@@ -612,7 +614,7 @@ TQ_DEV void stage_x_halves(const void* x, int dt, int M, int n, char* base) {
 inline __host__ __device__ int mma_part_off(int M, int n) { return XQ_OFF + 2 * n * (M - mma_rows_low(M, n)); }
 inline size_t rows_mma_smem(int M, int n) { return (size_t)mma_part_off(M, n) + (MMA_NTH / 32) * 2 * 128 * 4; }
 
-template <int DT>
+template <int DT, int PP>
 TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ words,
                                                 const uint16_t* __restrict__ scales,
                                                 const uint32_t* __restrict__ table, const void* x,
@@ -621,20 +623,22 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     TQ_DYN_SMEM;
     constexpr int NW = MMA_NTH / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int ng = n >> 5, nw = ng * K, nu = (ng + 4 * MMA_PP - 1) / (4 * MMA_PP);  // periods,
-    // words a row; items a tile (an item: 4·MMA_PP periods of the tile's 16 rows)
+    static_assert(PP == 1 || PP == 2 || PP == 4, "1, 2 or 4 periods a lane");
+    constexpr int D = mma_depth<PP>(), WN = PP * K + 1;  // items in flight; words a row a slot
+    const int ng = n >> 5, nw = ng * K, nu = (ng + 4 * PP - 1) / (4 * PP);  // periods, words
+    // a row; items a tile (an item: 4·PP periods of the tile's 16 rows)
     // the widest load a lane's run of words allows: its bytes, a row's, the words' address
     // (no lambda here: nvcc 13.0's front end fails on one called in place in this kernel)
     const uintptr_t wa = (uintptr_t)words;
-    const int vec = MMA_PP * K % 4 == 0 && nw % 4 == 0 && wa % 16 == 0  ? 16
-                    : MMA_PP * K % 2 == 0 && nw % 2 == 0 && wa % 8 == 0 ? 8
-                                                                         : 4;
+    const int vec = PP * K % 4 == 0 && nw % 4 == 0 && wa % 16 == 0  ? 16
+                    : PP * K % 2 == 0 && nw % 2 == 0 && wa % 8 == 0 ? 8
+                                                                     : 4;
     const int tiles = (rows + 15) >> 4;
     const int ta = (int)((int64_t)tiles * blockIdx.x / nblocks);
     const int N = ((int)((int64_t)tiles * (blockIdx.x + 1) / nblocks) - ta) * nu;  // the block's items
     const int lo = N * warp / NW, hi = N * (warp + 1) / NW;  // this warp's
     float* part = reinterpret_cast<float*>(smem + mma_part_off(M, n));  // [NW][2][4][32]
-    uint32_t ws[MMA_D][2][MMA_WN] = {};  // the slots (a lane past ng decodes any words)
+    uint32_t ws[D][2][WN] = {};  // the slots (a lane past ng decodes any words)
     int lt = lo / nu, lu = lo - lt * nu, li = lo;  // the next item to load: tile (of the block's), item
     const uint32_t *row0, *row1;  // its rows g and g + 8 (past the last row: the last row)
     auto tile_rows = [&] {
@@ -643,11 +647,11 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
         row1 = words + (size_t)min(r + 8, rows - 1) * nw;
     };
     tile_rows();
-    auto load_item = [&](uint32_t (&slot)[2][MMA_WN]) {
-        const int p = MMA_PP * (4 * lu + c);
+    auto load_item = [&](uint32_t (&slot)[2][WN]) {
+        const int p = PP * (4 * lu + c);
         if (li < hi && p < ng) {
-            load_run<MMA_PP>(row0, p, ppb, ng, vec, slot[0]);
-            load_run<MMA_PP>(row1, p, ppb, ng, vec, slot[1]);
+            load_run<PP>(row0, p, ppb, ng, vec, slot[0]);
+            load_run<PP>(row1, p, ppb, ng, vec, slot[1]);
         }
         ++li;
         if (++lu == nu) {
@@ -657,7 +661,7 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
         }
     };
 #pragma unroll
-    for (int d = 0; d < MMA_D; ++d) load_item(ws[d]);
+    for (int d = 0; d < D; ++d) load_item(ws[d]);
     load_table<MMA_NTH, DT == 0 ? 2 : 1>(table, smem);
     pdl_wait();  // x: the kernel before this one's (under PDL; the words on their way)
     pdl_trigger();
@@ -677,10 +681,10 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     auto entry = [&](const uint32_t (&w)[K + 1], int v) {
         return lds_abs(((window(w, v) * HMUL) & AMASK) | lane4);
     };
-    auto item = [&](uint32_t (&slot)[2][MMA_WN]) {
+    auto item = [&](uint32_t (&slot)[2][WN]) {
 #pragma unroll
-        for (int h = 0; h < MMA_PP; ++h) {  // the lane's period p of the item (words from hK)
-            const int p = MMA_PP * (4 * du + c) + h;
+        for (int h = 0; h < PP; ++h) {  // the lane's period p of the item (words from hK)
+            const int p = PP * (4 * du + c) + h;
             uint32_t xv[16];
             if (g < M && p < ng) {
                 const int G = group_of(p, ppb);
@@ -730,9 +734,9 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
         ++di;
         if (++du == nu) { du = 0; ++dtl; }
     };
-    for (int f = lo; f < hi; f += MMA_D) {
+    for (int f = lo; f < hi; f += D) {
 #pragma unroll
-        for (int d = 0; d < MMA_D; ++d)
+        for (int d = 0; d < D; ++d)
             if (f + d < hi) item(ws[d]);
     }
     __syncthreads();
@@ -1127,7 +1131,6 @@ extern "C" {
 // it fits the device)
 size_t tq_pair_rows_smem(int M, int n, int rb, int nth) { return rows_smem(M, n, rb, nth, GSW_TIGHT); }
 size_t tq_pair_rows_mma_smem(int M, int n) { return rows_mma_smem(M, n); }
-int tq_pair_rows_mma_min_T() { return 32 * MMA_PP; }  // the shortest block it takes
 size_t tq_pair_cols_smem(int n_in, int n_out, int nblocks, int half) {  // of one row
     return cols_smem(n_in, n_out, nblocks, half ? GSW_HALF : GSW_TIGHT, 1);
 }
@@ -1153,16 +1156,20 @@ int tq_pair_rows(const void* words, const void* scales, const void* table, const
 }
 
 // rows on the tensor cores (pair_rows_mma): x [M ≤ 8, n] (dt 0 f32, 1 bf16, 2 f16: the fp16
-// instance, else bf16) -> out [M, rows] of dtype odt
+// instance, else bf16) -> out [M, rows] of dtype odt; pp: the run of periods a lane takes of a
+// row an item (1, 2, 4; T ≥ 32·pp)
 int tq_pair_rows_mma(const void* words, const void* scales, const void* table, const void* x,
-                     int dt, void* out, int odt, int M, int rows, int n, int T, float factor,
-                     int nblocks, int pdl, void* stream) {
+                     int dt, void* out, int odt, int M, int rows, int n, int T, int pp,
+                     float factor, int nblocks, int pdl, void* stream) {
     if ((uintptr_t)words % words_align<K>()) return -3;  // period_words' vector loads
-    if (M < 1 || M > 8) return -1;
-    if (T < 32 * MMA_PP) return -4;  // a lane's run of periods in one block
+    if (M < 1 || M > 8 || (pp != 1 && pp != 2 && pp != 4)) return -1;
+    if (T < 32 * pp) return -4;  // a lane's run of periods in one block
     const size_t smem = rows_mma_smem(M, n);
     if (smem > smem_limit()) return -2;
-    auto kern = dt == 2 ? pair_rows_mma<1> : pair_rows_mma<0>;
+    using Kern = void (*)(const uint32_t*, const uint16_t*, const uint32_t*, const void*, int, Out,
+                          int, int, int, int, float, int);
+    const Kern kern = dt == 2 ? (pp == 1 ? pair_rows_mma<1, 1> : pp == 2 ? pair_rows_mma<1, 2> : pair_rows_mma<1, 4>)
+                              : (pp == 1 ? pair_rows_mma<0, 1> : pp == 2 ? pair_rows_mma<0, 2> : pair_rows_mma<0, 4>);
     const cudaError_t e = raise_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     return launch(kern, nblocks, MMA_NTH, smem, (cudaStream_t)stream, TQ_PDL_IN && pdl != 0,
