@@ -43,9 +43,12 @@ ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: 
 # M ≤ 8 sharing one decode) as rows cfgs (0, pp, threads): pp the run of adjacent periods a
 # lane takes of a row an item (1, 2, 4: its words in fewer, wider loads); the default, and
 # the M from which a rows call takes it
+# (H100, bench/results/pair_gemv-cuda-s32a.json, pp = 1 against ROWS_CFG: slower at M = 2
+# on 8192² and gate at k = 3, 4; at M = 4 faster on 8192² (k = 3, 4) and gate k = 4, slower on
+# gate k = 3; faster at M = 8 everywhere. pp = 2, 4 are not yet timed: bench/device/s32d.sh)
 ROWS_MMA_CFGS = [(0, 1, 512), (0, 2, 512), (0, 4, 512)]
 ROWS_MMA = (0, 1, 512)
-ROWS_MMA_FROM_M = 2
+ROWS_MMA_FROM_M = 4
 
 # a cols launch's (sub, half): warps walking one cols tile's inputs together (pair_gemv.cu's
 # pair_cols: 1 or 2), and whether the walk runs in packed fp16 (1) or on int8 inputs (0).

@@ -516,16 +516,12 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
 #define TQ_PAIR_MMA_ACC 2  // pair_rows_mma: independent chains of mma an item (their sums)
 #endif
 constexpr int MMA_NTH = TQ_PAIR_MMA_NTH, MMA_ACC = TQ_PAIR_MMA_ACC;
-// items' words in flight a lane, by the run PP of periods it takes of a row an item (a slot
-// holds 2·(PP·K + 1) words); TQ_PAIR_MMA_D sets it for every PP (benchmark sweeps)
-template <int PP>
-__host__ __device__ constexpr int mma_depth() {
-#ifdef TQ_PAIR_MMA_D
-    return TQ_PAIR_MMA_D;
-#else
-    return PP == 1 ? 3 : 2;
+#ifndef TQ_PAIR_MMA_D
+#define TQ_PAIR_MMA_D 2  // pair_rows_mma: items' words in flight a lane (a slot: 2·(PP·K + 1)
+                         // words; with ACC 2 the one knob set s32b's timing finished: 8192²,
+                         // k = 3, M = 4 23.94 µs on an H100, bench/results/pair_gemv-cuda-s32b*)
 #endif
-}
+constexpr int MMA_D = TQ_PAIR_MMA_D;
 
 // periods p … p + PP − 1 (p a multiple of PP ≤ ppb: one block's, so that each period's next
 // word but the last's is the following period's first) of a stored row: their PP·K words in
@@ -624,7 +620,7 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     constexpr int NW = MMA_NTH / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     static_assert(PP == 1 || PP == 2 || PP == 4, "1, 2 or 4 periods a lane");
-    constexpr int D = mma_depth<PP>(), WN = PP * K + 1;  // items in flight; words a row a slot
+    constexpr int D = MMA_D, WN = PP * K + 1;  // items in flight; words a row a slot
     const int ng = n >> 5, nw = ng * K, nu = (ng + 4 * PP - 1) / (4 * PP);  // periods, words
     // a row; items a tile (an item: 4·PP periods of the tile's 16 rows)
     // the widest load a lane's run of words allows: its bytes, a row's, the words' address
