@@ -326,6 +326,15 @@ TQ_DEV void rows_period(const uint32_t (&w)[RB][K + 1], int p, int ppb, int ng, 
     }
 }
 
+// whether the table's shared address tb is TAB (the layout's premise: dynamic shared memory
+// at 0x400); where not, the block writes NaN over its share of the n_out outputs
+TQ_DEV bool table_at_tab(uint32_t tb, const Out& out, int n_out, int nblocks, int nth) {
+    if (tb == TAB) return true;
+    for (int i = blockIdx.x * nth + threadIdx.x; i < n_out; i += nblocks * nth)
+        put(out, i, __int_as_float(0x7FC00000));
+    return false;
+}
+
 // a slot reloaded with period p of the rows (if any)
 template <int RB>
 TQ_DEV void reload(uint32_t (&slot)[RB][K + 1], const uint32_t* const (&wrow)[RB], int p, int ng,
@@ -403,11 +412,7 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
     quantize_slots<false, NTH == 512 ? 4 : 1>(x, dt, M, n, 0, ng, ng, nullptr, xq, gsw, gs, NTH);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
-    if (tb != TAB) {  // the layout's premise (dynamic shared memory at 0x400) does not hold
-        for (int i = blockIdx.x * NTH + threadIdx.x; i < M * rows; i += nblocks * NTH)
-            put(out, i, __int_as_float(0x7FC00000));
-        return;
-    }
+    if (!table_at_tab(tb, out, M * rows, nblocks, NTH)) return;
     const uint32_t lane4 = tb | (4u * lane);  // tb == TAB: a runtime value, one LOP3
     if constexpr (WPR == 1) {  // no block-wide step: warps run apart
         float facc[RB][M];
@@ -664,11 +669,7 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     stage_x_halves<DT, MMA_NTH>(x, dt, M, n, smem);
     __syncthreads();
     const uint32_t tb = shared_addr(smem + TAB_OFF);
-    if (tb != TAB) {  // the layout's premise (dynamic shared memory at 0x400) does not hold
-        for (int i = blockIdx.x * MMA_NTH + threadIdx.x; i < M * rows; i += nblocks * MMA_NTH)
-            put(out, i, __int_as_float(0x7FC00000));
-        return;
-    }
+    if (!table_at_tab(tb, out, M * rows, nblocks, MMA_NTH)) return;
     const uint32_t lane4 = tb | (4u * lane);
     const char* xrow = smem + mma_x_off(g, M, n);  // row g of x (g < M)
     const float fs = factor * 8192.f;
