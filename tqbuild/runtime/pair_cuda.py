@@ -120,8 +120,8 @@ def _table(device: torch.device) -> torch.Tensor:
 def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
               out_features: int, in_features: int) -> bool:
     """These kernels serve this call: CUDA, the pair code, whole periods and groups,
-    M ≤ 8 (rows: x's int8 copy fits beside the table; cols: no more 1024-output tiles than
-    SMs), a library that builds."""
+    M ≤ 8 (rows: x's copy — int8, or halves for the tensor-core kernel — fits beside the
+    table; cols: no more 1024-output tiles than SMs), a library that builds."""
     M = x.shape[0]
     coded = in_features if axis == 1 else out_features
     if not x.is_cuda or code not in PAIR_CODES or trellis_cuda.mode() == "float" or \

@@ -18,6 +18,8 @@
 // period's aligned group g of 32, inputs 32g + 30 − 2v and 32g + 31 − 2v, the high or
 // (v odd) low half of the group's int8 word 7 − v/2.
 //
+// `pair_rows_mma` (axis 1, M ≤ 8, below): the same rows on the tensor cores, x in bf16 or
+// fp16, one decode for every row of x.
 // `pair_rows` (axis 1): a persistent block asks for its first rows' words, fills the
 // table, quantizes x into shared memory (8 inputs a thread, quant8.cuh); with WPR = 1 each
 // warp then decodes its share of an even split of the rows (chunks of RB rows, then single
@@ -503,13 +505,15 @@ TQ_GLOBAL void TQ_BOUNDS(NTH) pair_rows(const uint32_t* __restrict__ words,
 // entry · 2^-13: `factor` · 8192 applies), mma.m16n8k16 with a tile of 16 rows' weights as A
 // and x as B (column m = row m of x, zero at m ≥ M), float32 sums: the decode is shared by
 // every row of x, its cost ~2 instructions a weight whatever M. Lane (g, c) = (lane / 4,
-// lane % 4) decodes rows g and g + 8 of the tile at period 4u + c of the tile's item u:
-// mma j of the item takes steps 2j + 1 (k-slots 2c, 2c + 1) and 2j (2c + 8, 2c + 9) of both
-// rows — a step's entry is the pair of halves A wants there — against row g of x's inputs of
-// the same steps (its group's words 14 − 2j, 15 − 2j: the order they load in). A block takes whole tiles (an even
-// split), its warps an even split of the block's items (tile-major), three items' words in
-// flight a lane; a warp writes the tiles it takes whole, its sums of the others (at most its
-// first and last) go through shared memory, added in warp order (deterministic).
+// lane % 4) decodes rows g and g + 8 of the tile at periods PP·(4u + c) + h (h < PP, a run
+// PP of adjacent ones: their words in wider loads) of the tile's item u: for each h, mma j
+// takes steps 2j + 1 (k-slots 2c, 2c + 1) and 2j (2c + 8, 2c + 9) of both rows — a step's
+// entry is the pair of halves A wants there — against row g of x's inputs of the same steps
+// (its group's words 14 − 2j, 15 − 2j: the order they load in), the mma in MMA_ACC chains.
+// A block takes whole tiles (an even split), its warps an even split of the block's items
+// (tile-major), MMA_D items' words in flight a lane; a warp writes the tiles it takes whole,
+// its sums of the others (at most its first and last) go through shared memory, added in
+// warp order (deterministic).
 //
 // x in shared memory: row m of x at mma_x_off (rows below the table where they fit, the
 // rest after it), group G at 64·G bytes, its 16-byte chunk q at 16·(q ^ ((m + G/2) & 3)):
