@@ -321,15 +321,15 @@ def test_tuning_defines_join_the_build_flags(monkeypatch):
 
 def test_a_local_header_joins_the_cache_key(tmp_path, monkeypatch):
     """The decode sources share headers shipped beside them (pdl_launch.cuh,
-    quant8.cuh, row_words.cuh, smem_abs.cuh): their bytes are part of each library's
-    key, so editing one rebuilds them."""
+    mma16816.cuh, quant8.cuh, row_words.cuh, smem_abs.cuh): their bytes are part of each
+    library's key, so editing one rebuilds them."""
     from tqbuild.kernels import nvcc
     from tqbuild.runtime import affine_cuda, pair_cuda
 
     for src, names in ((trellis_cuda.SOURCE, ["pdl_launch.cuh", "quant8.cuh", "row_words.cuh"]),
-                       (affine_cuda.SOURCE, ["pdl_launch.cuh"]),
-                       (pair_cuda.SOURCE, ["pdl_launch.cuh", "quant8.cuh", "row_words.cuh",
-                                           "smem_abs.cuh"])):
+                       (affine_cuda.SOURCE, ["pdl_launch.cuh", "mma16816.cuh"]),
+                       (pair_cuda.SOURCE, ["pdl_launch.cuh", "mma16816.cuh", "quant8.cuh",
+                                           "row_words.cuh", "smem_abs.cuh"])):
         assert [h.name for h in nvcc.local_includes(src)] == names
         assert all(h.is_file() for h in nvcc.local_includes(src))
     monkeypatch.setattr(nvcc, "arch", lambda: "sm_90")
