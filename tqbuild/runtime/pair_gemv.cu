@@ -152,6 +152,25 @@ TQ_DEV void load_words(const uint32_t* row, int p, int ppb, uint32_t (&w)[K + 1]
     w[K] = __ldg(a + (last ? K * (1 - ppb) : K));
 }
 
+// periods p … p + PP − 1 (p a multiple of PP ≤ ppb: one block's, so that each period's next
+// word but the last's is the following period's first) of a stored row: their PP·K words in
+// loads of `vec` bytes (16, 8 or 4: what the run's length and the rows' alignment allow, the
+// same for every lane: run_words) and the next period's first word; the periods before ng
+// only (a run cut short by the row's end: its periods one by one)
+template <int PP>
+TQ_DEV void load_run(const uint32_t* row, int p, int ppb, int ng, int vec,
+                     uint32_t (&w)[PP * K + 1]) {
+    if (PP > 1 && p + PP > ng) {
+#pragma unroll
+        for (int h = 0; h < PP; ++h)
+            if (p + h < ng) load_words(row, p + h, ppb, reinterpret_cast<uint32_t (&)[K + 1]>(w[h * K]));
+        return;
+    }
+    run_words<PP * K>(row + K * p, vec, w);
+    const int pl = p + PP - 1, last = (pl & (ppb - 1)) == ppb - 1;  // the run's last period
+    w[PP * K] = __ldg(row + K * (last ? pl + 1 - ppb : pl + 1));
+}
+
 // an output tensor: float32 (dt 0), bf16 (1) or f16 (2), written rounded to nearest even
 struct Out {
     void* p;
@@ -532,40 +551,6 @@ constexpr int MMA_NTH = TQ_PAIR_MMA_NTH, MMA_ACC = TQ_PAIR_MMA_ACC;
 #endif
 constexpr int MMA_D = TQ_PAIR_MMA_D;
 
-// periods p … p + PP − 1 (p a multiple of PP ≤ ppb: one block's, so that each period's next
-// word but the last's is the following period's first) of a stored row: their PP·K words in
-// loads of `vec` bytes (16, 8 or 4: what the run's and the rows' alignment allow, the same for
-// every lane) and the next period's first word; the periods before ng only
-template <int PP>
-TQ_DEV void load_run(const uint32_t* row, int p, int ppb, int ng, int vec,
-                     uint32_t (&w)[PP * K + 1]) {
-    constexpr int R = PP * K;
-    const uint32_t* a = row + K * p;
-    if (PP > 1 && p + PP > ng) {  // a run cut short by the row's end: its periods one by one
-#pragma unroll
-        for (int h = 0; h < PP; ++h)
-            if (p + h < ng) load_words(row, p + h, ppb, reinterpret_cast<uint32_t (&)[K + 1]>(w[h * K]));
-        return;
-    }
-    if (R % 4 == 0 && vec == 16) {
-#pragma unroll
-        for (int j = 0; j < R / 4; ++j) {
-            const uint4 v = __ldg(reinterpret_cast<const uint4*>(a) + j);
-            w[4 * j] = v.x; w[4 * j + 1] = v.y; w[4 * j + 2] = v.z; w[4 * j + 3] = v.w;
-        }
-    } else if (R % 2 == 0 && vec >= 8) {
-#pragma unroll
-        for (int j = 0; j < R / 2; ++j) {
-            const uint2 v = __ldg(reinterpret_cast<const uint2*>(a) + j);
-            w[2 * j] = v.x; w[2 * j + 1] = v.y;
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < R; ++j) w[j] = __ldg(a + j);
-    }
-    const int pl = p + PP - 1, last = (pl & (ppb - 1)) == ppb - 1;  // the run's last period
-    w[R] = __ldg(row + K * (last ? pl + 1 - ppb : pl + 1));
-}
 static_assert(8 % MMA_ACC == 0, "an item's 8 mma over the chains");
 TQ_DEV int mma_x_slot(int m, int G, int q) { return 64 * G + 16 * (q ^ ((m + (G >> 1)) & 3)); }
 // rows of x below the table (the dynamic shared memory below TAB_OFF is otherwise unused)
