@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from hostinfo import host  # noqa: E402
 from trellis_gemv import sass_loop  # noqa: E402
-from trellis_matvec import bf16_times, copies_for, copy_bandwidth, graph_time  # noqa: E402
+from trellis_matvec import bf16_times, copy_bandwidth, graph_time, packed_case  # noqa: E402
 
 from tqbuild.kernels import nvcc  # noqa: E402
 from tqbuild.runtime import gpu_info, pair_cuda  # noqa: E402
@@ -170,12 +170,7 @@ def main() -> None:
         t_bf = bf16_times(out_f, in_f, ms, l2, g)
         rows, cols = (out_f, in_f) if axis == 1 else (in_f, out_f)
         for k in ks:
-            words = torch.randint(-2**31, 2**31 - 1, (rows, cols * k // 32), device="cuda",
-                                  dtype=torch.int32, generator=g)
-            scales = (torch.rand(rows, device="cuda", generator=g) + 0.5).half()
-            nbytes = words.numel() * 4 + scales.numel() * 2
-            copies = [(words.clone(), scales.clone()) for _ in range(copies_for(nbytes, l2))]
-            del words, scales
+            copies, nbytes = packed_case(None, k, rows, cols, l2, g)
             for M in ms:
                 xm = torch.randn(M, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
                 dims = dict(k=k, T=T, axis=axis, out_features=out_f, in_features=in_f)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from hostinfo import host  # noqa: E402
 from pair_gemv import L_PAIR, SHAPES, T  # noqa: E402
-from trellis_matvec import bf16_times, copies_for, graph_time  # noqa: E402
+from trellis_matvec import bf16_times, graph_time, packed_case  # noqa: E402
 
 from tqbuild.runtime import pair_cuda  # noqa: E402
 
@@ -59,12 +59,7 @@ def main() -> None:
         assert axis == 1, "rows shapes only"
         t_bf = bf16_times(out_f, in_f, ms, l2, g)
         for k in (int(v) for v in a.ks.split(",")):
-            words = torch.randint(-2**31, 2**31 - 1, (out_f, in_f * k // 32), device="cuda",
-                                  dtype=torch.int32, generator=g)
-            scales = (torch.rand(out_f, device="cuda", generator=g) + 0.5).half()
-            copies = [(words.clone(), scales.clone())
-                      for _ in range(copies_for(words.numel() * 4 + scales.numel() * 2, l2))]
-            del words, scales
+            copies, _ = packed_case(None, k, out_f, in_f, l2, g)
             dims = dict(k=k, T=T, L=L_PAIR, axis=1, out_features=out_f, in_features=in_f)
             for M in ms:
                 xm = torch.randn(M, in_f, device="cuda", dtype=torch.bfloat16, generator=g)
