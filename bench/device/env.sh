@@ -22,3 +22,14 @@ stall_metrics() {
   local e; for e in "$@"; do m="$m,$e"; done
   echo "${m#,}"
 }
+# ncu over one bench/ncu_decode.py run (if more than 30 s are left, ending 5 s before END_S):
+# the first launch of each kernel matching REGEX, METRICS (stall_metrics' list), its report at
+# FILE; prints the report's kernel, stall, issue, instruction, time, DRAM and L1 lines but zeros
+ncu_decode() {  # FILE REGEX METRICS ncu_decode.py's arguments...
+  local f=$1 re=$2 m=$3; shift 3
+  [ "$(left)" -gt 30 ] || return 0
+  timeout "$(( $(left) - 5 ))" ncu --clock-control none -k "regex:$re" --launch-count 1 \
+    --metrics "$m" python3 bench/ncu_decode.py "$@" > "$f" 2>&1
+  grep -E "pair_|stalled|issue_active|warps_active|inst_executed|duration|dram|l1tex|lts|lsu" "$f" \
+    | sed 's/smsp__average_warps_issue_stalled_//' | grep -v " 0$" | cut -c1-150 | head -60
+}

@@ -20,9 +20,5 @@ timeout 200 python3 bench/pair_gemv.py --quick --no-sass --ks 3,4 --ms 1,2,4,8 \
 cp "bench/results/pair_gemv-cuda$TAG.json" "$OUT/" 2>/dev/null
 echo "=== ncu stalls $SECONDS s"
 M=$(stall_metrics)
-[ "$(left)" -gt 40 ] && timeout "$(( $(left) - 5 ))" ncu --clock-control none -k regex:'^pair_rows_mma$' \
-  --launch-count 1 --metrics "$M" python3 bench/ncu_decode.py --k 3 --m 4 --only pair_rows \
-  > "$OUT/ncu-stalls$TAG.txt" 2>&1
-grep -E "pair_|stalled|issue_active|inst_executed|duration|dram" "$OUT/ncu-stalls$TAG.txt" \
-  | sed 's/smsp__average_warps_issue_stalled_//' | cut -c1-150 | head -30
+ncu_decode "$OUT/ncu-stalls$TAG.txt" '^pair_rows_mma$' "$M" --k 3 --m 4 --only pair_rows
 echo "=== done $SECONDS s"

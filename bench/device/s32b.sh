@@ -5,7 +5,8 @@
 # in 8- or 16-byte loads); 8192² and gate at k = 3, 4, M = 1, 4, 8;
 # then ncu: stalls and the L1's wavefronts (shared and global) of the mma kernel (M = 1, 4)
 # and the int8 kernel (M = 1, ROWS_CFG's), 8192², k = 3.   TAG, END_S.
-#   bash bench/device/s32b.sh (carry .whl)
+#   bash bench/device/s32b.sh (carry .whl; as run at 6a68112: PP is now an instance, pp of
+#   the rows cfg (0, pp, 512), not a knob — its two PP sets here build pp = 1 only)
 source bench/device/env.sh
 : "${END_S:=420}"
 TAG=${TAG:--s32b}
@@ -18,10 +19,7 @@ for v in "ACC=1 D=3" "ACC=2 D=3" "ACC=4 D=3" "ACC=2 D=2" "ACC=2 D=4" "ACC=2 D=2 
   echo "=== $v $SECONDS s"
   [ "$(left)" -gt 120 ] && TQBUILD_PAIR_FLAGS="$f" timeout 60 python3 bench/pair_gemv.py --mma-only \
     --no-sass --ks 3,4 --ms 1,4,8 --shapes 8192x8192,gate --tag="$t" 2>&1 | grep -v Warn \
-    | python3 -c "import sys,json
-for l in sys.stdin:
-    if l.startswith('{\"shape'): c=json.loads(l); print(c['shape'],c['k'],c['M'],round(c['bf16_seconds']*1e6,2),round(c['pair_seconds']*1e6,2),round(c['pair_speedup_vs_bf16'],2))
-    elif l.strip() != '{}': print(l.rstrip()[:200])"
+    | python3 bench/device/brief.py
   cp "bench/results/pair_gemv-cuda$t.json" "$OUT/" 2>/dev/null
 done
 M=$(stall_metrics l1tex__data_pipe_lsu_wavefronts.sum l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
@@ -31,10 +29,6 @@ M=$(stall_metrics l1tex__data_pipe_lsu_wavefronts.sum l1tex__data_pipe_lsu_wavef
 for run in "pair_rows_mma 1" "pair_rows_mma 4" "pair_rows_int8 1"; do
   set -- $run
   echo "=== ncu $run $SECONDS s"
-  [ "$(left)" -gt 30 ] && timeout "$(( $(left) - 5 ))" ncu --clock-control none -k regex:'^pair_rows' \
-    --launch-count 1 --metrics "$M" python3 bench/ncu_decode.py --k 3 --m "$2" --only "$1" \
-    > "$OUT/ncu$TAG-$1-$2.txt" 2>&1
-  grep -E "pair_|stalled|issue_active|inst_executed|duration|dram|l1tex|lts|lsu" "$OUT/ncu$TAG-$1-$2.txt" \
-    | sed 's/smsp__average_warps_issue_stalled_//' | grep -v " 0$" | cut -c1-120 | head -40
+  ncu_decode "$OUT/ncu$TAG-$1-$2.txt" '^pair_rows' "$M" --k 3 --m "$2" --only "$1"
 done
 echo "=== done $SECONDS s"
