@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_pair_gemv_host import cols_case, quantize
+from test_pair_gemv_host import cols_case, quantize, rows_ref
 
 from tqbuild.formats import trellis as fmt
 from tqbuild.kernels.trellis_codes import values_of
@@ -91,6 +91,23 @@ def test_ctypes_signatures_match_the_c_declarations():
         assert [kinds[t] for t in params] == args, name
 
 
+def _stored_rows(g, rows: int, n: int, k: int):
+    """Fresh random words [rows, n·k/32] and fp16 row scales in [0.5, 1.5)."""
+    words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
+    return words, (g.random(rows) + 0.5).astype(np.float16)
+
+
+def _rows_matvec(x, words, scales, k: int, T: int, L: int, cfg) -> np.ndarray:
+    """pair_cuda.matvec along axis 1 on the GPU with rows cfg `cfg`, as float64 on the host."""
+    from tqbuild.runtime import pair_cuda
+
+    rows, n = words.shape[0], x.shape[1]
+    got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
+                           torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=1,
+                           out_features=rows, in_features=n, cfg=cfg)
+    return got.double().cpu().numpy()
+
+
 def _instances():
     from tqbuild.runtime import pair_cuda
 
@@ -101,21 +118,13 @@ def _instances():
 @pytest.mark.parametrize("k,L", [(2, 16), (3, 16), (4, 16), (3, 12)])
 @pytest.mark.parametrize("M,cfg", _instances())
 def test_rows_kernel_equals_the_reference(k, L, M, cfg):
-    from tqbuild.runtime import pair_cuda
-
     g = np.random.default_rng(k * 1000 + L * 10 + M)
     rows, n, T = 300, 8192 if M == 8 else 1024, 256  # M = 8 × 8192: the tight layout
-    words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(rows) + 0.5).astype(np.float16)
+    words, scales = _stored_rows(g, rows, n, k)
     x = torch.from_numpy(g.standard_normal((M, n)).astype(np.float32)).bfloat16()
-    q, gs = quantize(x.float().numpy())
-    w16 = _w16(words, k, T, L)
-    ref = np.einsum("mgj,rgj->mrg", q, w16.reshape(rows, -1, 32))
-    ref = (ref * gs[:, None, :]).sum(-1) * scales.astype(np.float64)[None, :] / 8192
-    got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
-                           torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=1,
-                           out_features=rows, in_features=n, cfg=cfg)
-    err = np.abs(got.double().cpu().numpy() - ref).max()
+    ref = rows_ref(x.float().numpy(), _w16(words, k, T, L), scales) / 8192
+    got = _rows_matvec(x, words, scales, k, T, L, cfg)
+    err = np.abs(got - ref).max()
     assert err <= 1e-5 * np.abs(ref).max()
 
 
@@ -131,19 +140,14 @@ def test_rows_mma_equals_the_reference(k, L, M, dtype, n, pp):
     filled), x's rows below and above the table at 4096 and 8192 inputs."""
     from test_pair_rows_mma_host import X_BF16, X_F16, X_F32, mma_ref
 
-    from tqbuild.runtime import pair_cuda
-
     g = np.random.default_rng(k * 100 + L + M * 7 + n)
     rows, T = 300, 256
-    words = g.integers(0, 2**32, (rows, n * k // 32), dtype=np.uint64).astype(np.uint32)
-    scales = (g.random(rows) + 0.5).astype(np.float16)
+    words, scales = _stored_rows(g, rows, n, k)
     x = torch.from_numpy(g.standard_normal((M, n)).astype(np.float32)).to(dtype)
     xdt = {torch.bfloat16: X_BF16, torch.float16: X_F16, torch.float32: X_F32}[dtype]
     ref = mma_ref(x.float().numpy(), _w16(words, k, T, L), scales, xdt) / 8192
-    got = pair_cuda.matvec(x.cuda(), torch.from_numpy(words.view(np.int32)).cuda(),
-                           torch.from_numpy(scales).cuda(), k=k, T=T, L=L, axis=1,
-                           out_features=rows, in_features=n, cfg=(0, pp, 512))
-    err = np.abs(got.double().cpu().numpy() - ref).max()
+    got = _rows_matvec(x, words, scales, k, T, L, (0, pp, 512))
+    err = np.abs(got - ref).max()
     assert err <= 1e-5 * np.abs(ref).max()
 
 
