@@ -54,16 +54,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < x.size(); ++i) xh[i] = half == 2 ? simt::f16_round(x[i]) : simt::bf16_round(x[i]);
     const int dt = half == 3 ? 0 : half;
     const void* xp = half == 3 ? (const void*)x.data() : (const void*)xh.data();
-    auto kern = [&](auto f) {
-      simt::launch(blocks, 1, MMA_NTH, [&] {
-        f(w.data(), s.data(), tab.data(), xp, dt, O, M, nrows, n, T / 32, 1.0f, blocks);
-      });
-    };
-    const int pp = wpr;  // the run of periods a lane takes
-    if (dt == 2)
-      pp == 1 ? kern(pair_rows_mma<1, 1>) : pp == 2 ? kern(pair_rows_mma<1, 2>) : kern(pair_rows_mma<1, 4>);
-    else
-      pp == 1 ? kern(pair_rows_mma<0, 1>) : pp == 2 ? kern(pair_rows_mma<0, 2>) : kern(pair_rows_mma<0, 4>);
+    const RowsMmaKernel kern = rows_mma_kernel(dt, wpr);  // wpr: the run of periods a lane takes
+    simt::launch(blocks, 1, MMA_NTH, [&] {
+      kern(w.data(), s.data(), tab.data(), xp, dt, O, M, nrows, n, T / 32, 1.0f, blocks);
+    });
     return write(argv[2], out, odt);
   }
   if (axis == 1) {

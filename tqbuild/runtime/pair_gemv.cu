@@ -1038,6 +1038,14 @@ TQ_GLOBAL void TQ_BOUNDS(32 * SUM_W) pair_cols_sum(const float* __restrict__ par
 inline size_t rows_smem(int M, int n, int rb, int nth, int gsw) {
     return (size_t)XQ_OFF + (size_t)M * (n / 32) * (gsw + 1) * 4 + (size_t)(nth / 32) * rb * M * 4;
 }
+// the pair_rows_mma instance for x of dtype dt (2: fp16, else bf16) and a run of pp periods
+// a lane (1, 2 or 4)
+using RowsMmaKernel = void (*)(const uint32_t*, const uint16_t*, const uint32_t*, const void*,
+                               int, Out, int, int, int, int, float, int);
+inline RowsMmaKernel rows_mma_kernel(int dt, int pp) {
+    if (dt == 2) return pp == 1 ? pair_rows_mma<1, 1> : pp == 2 ? pair_rows_mma<1, 2> : pair_rows_mma<1, 4>;
+    return pp == 1 ? pair_rows_mma<0, 1> : pp == 2 ? pair_rows_mma<0, 2> : pair_rows_mma<0, 4>;
+}
 // cols: a block's (tile, input) units at most (G blocks)
 inline int64_t cols_per(int n_in, int n_out, int nblocks) {
     const int64_t units = (int64_t)((n_out / 32 + 31) / 32) * n_in;
@@ -1152,10 +1160,7 @@ int tq_pair_rows_mma(const void* words, const void* scales, const void* table, c
     if (T < 32 * pp) return -4;  // a lane's run of periods in one block
     const size_t smem = rows_mma_smem(M, n);
     if (smem > smem_limit()) return -2;
-    using Kern = void (*)(const uint32_t*, const uint16_t*, const uint32_t*, const void*, int, Out,
-                          int, int, int, int, float, int);
-    const Kern kern = dt == 2 ? (pp == 1 ? pair_rows_mma<1, 1> : pp == 2 ? pair_rows_mma<1, 2> : pair_rows_mma<1, 4>)
-                              : (pp == 1 ? pair_rows_mma<0, 1> : pp == 2 ? pair_rows_mma<0, 2> : pair_rows_mma<0, 4>);
+    const RowsMmaKernel kern = rows_mma_kernel(dt, pp);
     const cudaError_t e = raise_smem(kern, smem);
     if (e != cudaSuccess) return (int)e;
     return launch(kern, nblocks, MMA_NTH, smem, (cudaStream_t)stream, TQ_PDL_IN && pdl != 0,
