@@ -15,7 +15,7 @@ TAG=${TAG:--s32d}
 : "${TABLES:=3,4:1,2,4,8}"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
 export TORCHINDUCTOR_ENABLE_PDL=1
-timeout 150 python3 -m pytest -q -x tests/test_pair_cuda.py -k "$TESTS" 2>&1 \
+timeout "${TEST_S:-200}" python3 -m pytest -q -x tests/test_pair_cuda.py -k "$TESTS" 2>&1 \
   | tee "$OUT/tests$TAG.log" | tail -4
 for t in $TABLES; do
   ks=${t%%:*} ms=${t#*:} tg="$TAG-k${ks//,/}"
