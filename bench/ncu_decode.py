@@ -50,7 +50,7 @@ def main() -> None:
     w, s = packed(8192, 8192, k, g)
     d = dict(k=k, T=T, axis=1, out_features=8192, in_features=8192)
     runs["pair_rows"] = lambda: pair_cuda.matvec(x, w, s, L=16, **d)
-    mma = (0, int(os.environ.get("TQ_NCU_PP", pair_cuda.ROWS_MMA[1])), 512)  # its run (pp)
+    mma = (0, int(os.environ.get("TQ_NCU_PP", pair_cuda.rows_mma(k, T)[1])), 512)  # its run (pp)
     runs["pair_rows_mma"] = lambda: pair_cuda.matvec(x, w, s, L=16, cfg=mma, **d)
     runs["pair_rows_int8"] = lambda: pair_cuda.matvec(x, w, s, L=16, cfg=pair_cuda.ROWS_CFG[M],
                                                       **d)

@@ -56,7 +56,7 @@ def test_rows_instances_match_the_library_source():
              re.findall(r"TQ_PAIR_ROWS\((\d+), (\d+), (\d+), (\d+)\)", body)]
     assert found == pair_cuda.ROWS_INSTANCES
     assert all((M, *c) in found for M, c in pair_cuda.ROWS_CFG.items())
-    assert pair_cuda.ROWS_MMA in pair_cuda.ROWS_MMA_CFGS  # rb = 0: the mma kernel
+    assert all(pair_cuda.rows_mma(k, 256) in pair_cuda.ROWS_MMA_CFGS for k in (2, 3, 4))  # rb = 0
     assert not set(pair_cuda.ROWS_MMA_CFGS) & set(pair_cuda.ROWS_CFG.values())
 
 
@@ -276,13 +276,14 @@ def test_half_outputs_are_the_float_outputs_rounded(axis, dtype):
 
 
 @needs_cuda
-@pytest.mark.parametrize("axis", [0, 1])
-def test_trellis_linear_runs_the_kernels_on_cuda(axis):
-    """A pair-code TrellisLinear on CUDA (the kernels) against its expanded weight."""
+@pytest.mark.parametrize("axis,M,k", [(0, 2, 3), (1, 2, 3), (1, 5, 2), (1, 5, 3), (1, 5, 4)])
+def test_trellis_linear_runs_the_kernels_on_cuda(axis, M, k):
+    """A pair-code TrellisLinear on CUDA (the kernels: rows at M = 5 on the tensor cores,
+    each k's default run of periods) against its expanded weight."""
     from tqbuild.kernels import viterbi
     from tqbuild.runtime.trellis_torch import TrellisLinear
 
-    k, T, L = 3, 256, 16
+    T, L = 256, 16
     rows, cols = 256, 512
     g = torch.Generator().manual_seed(axis)
     st = viterbi.quantize_blocks(torch.randn(rows * cols // T, T, generator=g), L, k,
@@ -293,7 +294,7 @@ def test_trellis_linear_runs_the_kernels_on_cuda(axis):
                                                       "interleave": False, "version": 3}}
     mod = TrellisLinear(torch.from_numpy(words.view(np.int32)), scales, entry).cuda()
     dense = mod.weight_f32()
-    x = torch.randn(2, dense.shape[1], generator=g).cuda().bfloat16()
+    x = torch.randn(M, dense.shape[1], generator=g).cuda().bfloat16()
     y = mod(x).float()
     ref = x.float() @ dense.t()
     assert (y - ref).abs().max() <= 0.03 * ref.abs().max()  # int8 activations, bf16 out

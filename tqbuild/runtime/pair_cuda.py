@@ -41,13 +41,14 @@ ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: 
 
 # the rows kernel on the tensor cores (pair_gemv.cu's pair_rows_mma: x as bf16 or fp16, any
 # M ≤ 8 sharing one decode) as rows cfgs (0, pp, threads): pp the run of adjacent periods a
-# lane takes of a row an item (1, 2, 4: its words in fewer, wider loads); the default, and
-# the M from which a rows call takes it
-# (H100, bench/results/pair_gemv-cuda-s32a.json, pp = 1 against ROWS_CFG: slower at M = 2
-# on 8192² and gate at k = 3, 4; at M = 4 faster on 8192² (k = 3, 4) and gate k = 4, slower on
-# gate k = 3; faster at M = 8 everywhere. pp = 2, 4 are not yet timed: bench/device/s32d.sh)
+# lane takes of a row an item (1, 2, 4: its words in fewer, wider loads); the run a k takes
+# by default (the longest of them its blocks hold), and the M from which a rows call takes it
+# (H100, bench/results/pair_mma_variants-s33a.json, M = 4 and 8 on 8192² and gate: k = 3
+# fastest at pp = 4 (8192², M = 4: 19.20 µs against 23.60 at pp = 1, int8 25.97), k = 4 at
+# pp = 2 (21.15 against 22.06); k = 2, untimed, takes pp = 4 as k = 3 does: a run of 8 words,
+# two 16-byte loads, as k = 4's. M = 1–3 stay on int8: bench/results/pair_gemv-cuda-s32a.json)
 ROWS_MMA_CFGS = [(0, 1, 512), (0, 2, 512), (0, 4, 512)]
-ROWS_MMA = (0, 1, 512)
+ROWS_MMA_PP = {2: 4, 3: 4, 4: 2}
 ROWS_MMA_FROM_M = 4
 
 # a cols launch's (sub, half): warps walking one cols tile's inputs together (pair_gemv.cu's
@@ -133,7 +134,7 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     if lib is None:
         return False
     if axis == 1:
-        rb, _, nth = rows_cfg(lib, M, in_features, T)
+        rb, _, nth = rows_cfg(lib, M, in_features, T, k)
         need = lib.tq_pair_rows_smem(M, in_features, rb, nth) if rb else 0
     else:
         blocks = _sm_count(_index(x))
@@ -143,13 +144,22 @@ def available(x: torch.Tensor, code: str, k: int, L: int, T: int, axis: int,
     return need <= trellis_cuda.SMEM_LIMIT
 
 
-def rows_cfg(lib: ctypes.CDLL, M: int, in_features: int, T: int) -> tuple[int, int, int]:
-    """The rows instance a call of M rows of x takes by default: ROWS_MMA from
-    ROWS_MMA_FROM_M rows where its shared memory (x's halves) fits and its blocks hold a
-    lane's run of periods, else ROWS_CFG's."""
-    if M >= ROWS_MMA_FROM_M and T >= 32 * ROWS_MMA[1] and \
+def rows_mma(k: int, T: int) -> tuple[int, int, int]:
+    """The tensor-core rows cfg at k for blocks of T weights: ROWS_MMA_PP[k]'s run of
+    periods, or the longest shorter one a block holds (T ≥ 32·pp)."""
+    pp = ROWS_MMA_PP.get(k, 1)
+    while pp > 1 and T < 32 * pp:
+        pp //= 2
+    return (0, pp, 512)
+
+
+def rows_cfg(lib: ctypes.CDLL, M: int, in_features: int, T: int,
+             k: int) -> tuple[int, int, int]:
+    """The rows instance a call of M rows of x takes by default: rows_mma from
+    ROWS_MMA_FROM_M rows where its shared memory (x's halves) fits, else ROWS_CFG's."""
+    if M >= ROWS_MMA_FROM_M and \
             lib.tq_pair_rows_mma_smem(M, in_features) <= trellis_cuda.SMEM_LIMIT:
-        return ROWS_MMA
+        return rows_mma(k, T)
     return ROWS_CFG[M]
 
 
@@ -174,7 +184,7 @@ def matvec(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, *, k: int
     pdl = int(trellis_cuda.pdl(_index(x)))  # programmatic dependent launch where built for it
     out = torch.empty(M, out_features, device=x.device, dtype=out_dtype)
     if axis == 1:
-        rb, wpr, nth = cfg or rows_cfg(lib, M, in_features, T)  # type: ignore[misc]
+        rb, wpr, nth = cfg or rows_cfg(lib, M, in_features, T, k)  # type: ignore[misc]
         if rb == 0:  # ROWS_MMA_CFGS: (0, pp, 512)
             rc = lib.tq_pair_rows_mma(words.data_ptr(), scales.data_ptr(), table.data_ptr(),
                                       x.data_ptr(), dt, out.data_ptr(), odt, M, out_features,
