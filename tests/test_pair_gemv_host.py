@@ -22,14 +22,12 @@ def harnesses(tmp_path_factory) -> dict:
     return {}
 
 
-def _exe(harnesses, tmp_path_factory, k: int, L: int, *defines: str) -> Path:
-    """The harness at (k, L), built once a module with any further defines (knobs)."""
-    key = (k, L, *defines)
-    if key not in harnesses:
-        harnesses[key] = simt_harness.build("pair_host", "tqbuild/runtime",
-                                            tmp_path_factory.mktemp(f"pair{k}{L}"),
-                                            (f"TQ_K={k}", f"TQ_L={L}", *defines))
-    return harnesses[key]
+def _exe(harnesses, tmp_path_factory, k: int, L: int) -> Path:
+    if (k, L) not in harnesses:
+        harnesses[k, L] = simt_harness.build("pair_host", "tqbuild/runtime",
+                                             tmp_path_factory.mktemp(f"pair{k}{L}"),
+                                             (f"TQ_K={k}", f"TQ_L={L}"))
+    return harnesses[k, L]
 
 
 def quantize(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

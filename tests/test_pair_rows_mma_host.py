@@ -26,41 +26,33 @@ def mma_ref(x, w16, scales, xdt: int) -> np.ndarray:
     return (_round_to(x, half) @ wh.T) * scales.astype(np.float64)[None, :]
 
 
-# the tile knob (pair_gemv.cu's TQ_PAIR_MMA_TR): 16 rows (the default, weights as the mma's A)
-# or 8 (weights as B)
-TILES = {16: (), 8: ("TQ_PAIR_MMA_TR=8",)}
-
-
-@pytest.mark.parametrize("tr", [16, 8])
 @pytest.mark.parametrize("kl,pp", [*((kl, pp) for kl in CASES for pp in (1, 4)), (CASES[1], 2)])
 @pytest.mark.parametrize("M,rows,n,T,blocks,xdt", [
     (3, 37, 512, 256, 3, X_BF16),   # a last tile partly filled; warps sharing each tile
     (8, 37, 512, 256, 3, X_F16),
-    (1, 640, 128, 64, 1, X_F32),    # 40 (80) tiles of one item on 16 warps: tiles taken whole
+    (1, 640, 128, 64, 1, X_F32),    # 40 tiles of one item on 16 warps: tiles taken whole
     (5, 300, 192, 64, 2, X_BF16)])  # 6 periods a row: a tile's second item half empty
 def test_rows_mma_equals_the_reference(harnesses, tmp_path_factory, tmp_path, kl, M, rows, n, T,
-                                       blocks, xdt, pp, tr):
+                                       blocks, xdt, pp):
     """Every item shape: a lane's one period of a row, or a run of 2 or 4 adjacent ones (their
     words in 8- or 16-byte loads where the run's length allows; the run's next word across a
-    block's end; a run of 4 at T = 64 would span two blocks: the launcher refuses it); tiles
-    of 16 and of 8 rows."""
+    block's end; a run of 4 at T = 64 would span two blocks: the launcher refuses it)."""
     if T < 32 * pp:
         pytest.skip("tq_pair_rows_mma refuses a run of periods over two blocks")
     k, L = kl
-    exe = _exe(harnesses, tmp_path_factory, k, L, *TILES[tr])
+    exe = _exe(harnesses, tmp_path_factory, k, L)
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=k * 13 + M + rows + xdt)
     ref = mma_ref(x, w16, scales, xdt)
     got = run(exe, tmp_path, k, 1, words, scales, x, T, wpr=pp, blocks=blocks, half=xdt)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
-@pytest.mark.parametrize("pp,tr", [(1, 16), (2, 16), (4, 16), (2, 8)])
-def test_rows_mma_x_rows_below_and_above_the_table(harnesses, tmp_path_factory, tmp_path, pp,
-                                                   tr):
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_rows_mma_x_rows_below_and_above_the_table(harnesses, tmp_path_factory, tmp_path, pp):
     """8 rows of 8192 inputs: 3 in the shared memory below the table, 5 after it, staged in
     16 trips of 512 threads; each tile's 64 / pp items on 16 warps."""
     k, L, rows, n, T, M = 3, 12, 20, 8192, 256, 8
-    exe = _exe(harnesses, tmp_path_factory, k, L, *TILES[tr])
+    exe = _exe(harnesses, tmp_path_factory, k, L)
     words, scales, x, w16 = _case(k, L, rows, n, T, M, seed=81)
     ref = mma_ref(x, w16, scales, X_BF16)
     got = run(exe, tmp_path, k, 1, words, scales, x, T, wpr=pp, blocks=1, half=X_BF16)

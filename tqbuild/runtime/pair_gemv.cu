@@ -550,15 +550,6 @@ constexpr int MMA_NTH = TQ_PAIR_MMA_NTH, MMA_ACC = TQ_PAIR_MMA_ACC;
                          // k = 3, M = 4 23.94 µs on an H100, bench/results/pair_gemv-cuda-s32b*)
 #endif
 constexpr int MMA_D = TQ_PAIR_MMA_D;
-#ifndef TQ_PAIR_MMA_TR
-#define TQ_PAIR_MMA_TR 16  // pair_rows_mma: weight rows a tile: 16 (the weights as the mma's A,
-                           // a lane decoding rows g and g + 8) or 8 (as its B, x as A: a lane
-                           // decodes row g; half the tiles' size, so blocks' shares of whole
-                           // tiles even out to within 1/2 as much)
-#endif
-constexpr int MMA_TR = TQ_PAIR_MMA_TR, MMA_RL = MMA_TR / 8, MMA_RO = MMA_TR / 4;  // rows a lane
-// decodes, outputs a lane holds
-static_assert(MMA_TR == 16 || (MMA_TR == 8 && MMA_ACC % 2 == 0), "tiles of 16 rows, or of 8 on an even number of chains");
 
 static_assert(8 % MMA_ACC == 0, "an item's 8 mma over the chains");
 TQ_DEV int mma_x_slot(int m, int G, int q) { return 64 * G + 16 * (q ^ ((m + (G >> 1)) & 3)); }
@@ -610,11 +601,6 @@ TQ_DEV void stage_x_halves(const void* x, int dt, int M, int n, char* base) {
 
 // dynamic shared memory of a pair_rows_mma launch: the table, x's rows after it, the warps'
 // sums of tiles they share (two tiles of 16 × 8 a warp)
-// the weight row and the row of x of output r of lane l's (of tile t) mma sums
-TQ_DEV int mma_out_row(int t, int l, int r) {
-    return MMA_TR == 16 ? 16 * t + (l >> 2) + 8 * (r >> 1) : 8 * t + 2 * (l & 3) + r;
-}
-TQ_DEV int mma_out_m(int l, int r) { return MMA_TR == 16 ? 2 * (l & 3) + (r & 1) : l >> 2; }
 inline __host__ __device__ int mma_part_off(int M, int n) { return XQ_OFF + 2 * n * (M - mma_rows_low(M, n)); }
 inline size_t rows_mma_smem(int M, int n) { return (size_t)mma_part_off(M, n) + (MMA_NTH / 32) * 2 * 128 * 4; }
 
@@ -630,32 +616,32 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     static_assert(PP == 1 || PP == 2 || PP == 4, "1, 2 or 4 periods a lane");
     constexpr int D = MMA_D, WN = PP * K + 1;  // items in flight; words a row a slot
     const int ng = n >> 5, nw = ng * K, nu = (ng + 4 * PP - 1) / (4 * PP);  // periods, words
-    // a row; items a tile (an item: 4·PP periods of the tile's MMA_TR rows)
+    // a row; items a tile (an item: 4·PP periods of the tile's 16 rows)
     // the widest load a lane's run of words allows: its bytes, a row's, the words' address
     // (no lambda here: nvcc 13.0's front end fails on one called in place in this kernel)
     const uintptr_t wa = (uintptr_t)words;
     const int vec = PP * K % 4 == 0 && nw % 4 == 0 && wa % 16 == 0  ? 16
                     : PP * K % 2 == 0 && nw % 2 == 0 && wa % 8 == 0 ? 8
                                                                      : 4;
-    const int tiles = (rows + MMA_TR - 1) / MMA_TR;
+    const int tiles = (rows + 15) >> 4;
     const int ta = (int)((int64_t)tiles * blockIdx.x / nblocks);
     const int N = ((int)((int64_t)tiles * (blockIdx.x + 1) / nblocks) - ta) * nu;  // the block's items
     const int lo = N * warp / NW, hi = N * (warp + 1) / NW;  // this warp's
-    float* part = reinterpret_cast<float*>(smem + mma_part_off(M, n));  // [NW][2][MMA_RO][32]
-    uint32_t ws[D][MMA_RL][WN] = {};  // the slots (a lane past ng decodes any words)
+    float* part = reinterpret_cast<float*>(smem + mma_part_off(M, n));  // [NW][2][4][32]
+    uint32_t ws[D][2][WN] = {};  // the slots (a lane past ng decodes any words)
     int lt = lo / nu, lu = lo - lt * nu, li = lo;  // the next item to load: tile (of the block's), item
-    const uint32_t* row[MMA_RL];  // its rows g (and g + 8) (past the last row: the last row)
+    const uint32_t *row0, *row1;  // its rows g and g + 8 (past the last row: the last row)
     auto tile_rows = [&] {
-#pragma unroll
-        for (int i = 0; i < MMA_RL; ++i)
-            row[i] = words + (size_t)min(MMA_TR * (ta + lt) + g + 8 * i, rows - 1) * nw;
+        const int r = 16 * (ta + lt) + g;
+        row0 = words + (size_t)min(r, rows - 1) * nw;
+        row1 = words + (size_t)min(r + 8, rows - 1) * nw;
     };
     tile_rows();
-    auto load_item = [&](uint32_t (&slot)[MMA_RL][WN]) {
+    auto load_item = [&](uint32_t (&slot)[2][WN]) {
         const int p = PP * (4 * lu + c);
         if (li < hi && p < ng) {
-#pragma unroll
-            for (int i = 0; i < MMA_RL; ++i) load_run<PP>(row[i], p, ppb, ng, vec, slot[i]);
+            load_run<PP>(row0, p, ppb, ng, vec, slot[0]);
+            load_run<PP>(row1, p, ppb, ng, vec, slot[1]);
         }
         ++li;
         if (++lu == nu) {
@@ -681,7 +667,7 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     auto entry = [&](const uint32_t (&w)[K + 1], int v) {
         return lds_abs(((window(w, v) * HMUL) & AMASK) | lane4);
     };
-    auto item = [&](uint32_t (&slot)[MMA_RL][WN]) {
+    auto item = [&](uint32_t (&slot)[2][WN]) {
 #pragma unroll
         for (int h = 0; h < PP; ++h) {  // the lane's period p of the item (words from hK)
             const int p = PP * (4 * du + c) + h;
@@ -698,49 +684,33 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
                 for (int q = 0; q < 16; ++q) xv[q] = 0u;
             }
             const auto& w0 = reinterpret_cast<const uint32_t (&)[K + 1]>(slot[0][h * K]);
-            const auto& w1 = reinterpret_cast<const uint32_t (&)[K + 1]>(slot[MMA_RL - 1][h * K]);
-            if constexpr (MMA_TR == 16) {  // weights as A, x as B (word w: step 15 − w)
+            const auto& w1 = reinterpret_cast<const uint32_t (&)[K + 1]>(slot[1][h * K]);
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const uint32_t a[4] = {entry(w0, 2 * j + 1), entry(w1, 2 * j + 1), entry(w0, 2 * j),
-                                           entry(w1, 2 * j)};
-                    const uint32_t b[2] = {xv[14 - 2 * j], xv[15 - 2 * j]};  // adjacent registers
-                    mma16816<DT>(acc[j % MMA_ACC], a, b);
-                }
-            } else {  // x's 16-byte load q as A as it is, weights as B: its words 4q, 4q + 2
-                      // are A's row g against steps 15 − 4q, 13 − 4q (chain parity 0), its
-                      // words 4q + 1, 4q + 3 A's row g + 8 against steps 14 − 4q, 12 − 4q (1)
-#pragma unroll
-                for (int q = 0; q < 4; ++q)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const uint32_t b[2] = {entry(w0, 15 - 4 * q - e), entry(w0, 13 - 4 * q - e)};
-                        mma16816<DT>(acc[(2 * q + e) % MMA_ACC], xv + 4 * q, b);
-                    }
+            for (int j = 0; j < 8; ++j) {
+                const uint32_t a[4] = {entry(w0, 2 * j + 1), entry(w1, 2 * j + 1), entry(w0, 2 * j),
+                                       entry(w1, 2 * j)};
+                const uint32_t b[2] = {xv[14 - 2 * j], xv[15 - 2 * j]};  // adjacent registers
+                mma16816<DT>(acc[j % MMA_ACC], a, b);
             }
         }
         load_item(slot);
         if (du == nu - 1 || di == hi - 1) {  // the tile's sums: out, or to shared memory
             const int t = ta + dtl, ts = dtl * nu;
 #pragma unroll
-            for (int i = MMA_TR == 8 ? 2 : 1; i < MMA_ACC; ++i)  // into chain 0 (of its parity)
+            for (int i = 1; i < MMA_ACC; ++i)
 #pragma unroll
-                for (int r = 0; r < 4; ++r) acc[MMA_TR == 8 ? i % 2 : 0][r] += acc[i][r];
-            if (MMA_TR == 8) {  // row g's sums: chain parity 0's rows g, parity 1's rows g + 8
-                acc[0][0] += acc[1][2];
-                acc[0][1] += acc[1][3];
-            }
+                for (int r = 0; r < 4; ++r) acc[0][r] += acc[i][r];
             if (lo <= ts && hi >= ts + nu) {
 #pragma unroll
-                for (int r = 0; r < MMA_RO; ++r) {
-                    const int row = mma_out_row(t, lane, r), m = mma_out_m(lane, r);
+                for (int r = 0; r < 4; ++r) {
+                    const int row = 16 * t + g + 8 * (r >> 1), m = 2 * c + (r & 1);
                     if (m < M && row < rows)
                         put(out, (size_t)m * rows + row, acc[0][r] * half_of(scales, row) * fs);
                 }
             } else {
-                float* pp = part + (warp * 2 + (dtl == lo / nu ? 0 : 1)) * (32 * MMA_RO);
+                float* pp = part + (warp * 2 + (dtl == lo / nu ? 0 : 1)) * 128;
 #pragma unroll
-                for (int r = 0; r < MMA_RO; ++r) pp[32 * r + lane] = acc[0][r];
+                for (int r = 0; r < 4; ++r) pp[32 * r + lane] = acc[0][r];
             }
 #pragma unroll
             for (int i = 0; i < MMA_ACC; ++i)
@@ -757,18 +727,17 @@ TQ_GLOBAL void TQ_BOUNDS(MMA_NTH) pair_rows_mma(const uint32_t* __restrict__ wor
     }
     __syncthreads();
     // tiles the block's warps share: their sums added in warp order
-    constexpr int TE = 32 * MMA_RO;  // a tile's sums
-    for (int e = threadIdx.x; e < N / nu * TE; e += MMA_NTH) {
-        const int tl = e / TE, k = e % TE, r = k >> 5, l = k & 31, ts = tl * nu, te = ts + nu;
+    for (int e = threadIdx.x; e < N / nu * 128; e += MMA_NTH) {
+        const int tl = e >> 7, k = e & 127, r = k >> 5, l = k & 31, ts = tl * nu, te = ts + nu;
         float v = 0.f;
         bool whole = false;
         for (int w = 0; w < NW && !whole; ++w) {
             const int wl = N * w / NW, wh = N * (w + 1) / NW;
             if (wl >= te || wh <= ts || wl == wh) continue;
             whole = wl <= ts && wh >= te;  // its sums went out
-            if (!whole) v += part[(w * 2 + (tl == wl / nu ? 0 : 1)) * TE + k];
+            if (!whole) v += part[(w * 2 + (tl == wl / nu ? 0 : 1)) * 128 + k];
         }
-        const int row = mma_out_row(ta + tl, l, r), m = mma_out_m(l, r);
+        const int row = 16 * (ta + tl) + (l >> 2) + 8 * (r >> 1), m = 2 * (l & 3) + (r & 1);
         if (!whole && m < M && row < rows)
             put(out, (size_t)m * rows + row, v * half_of(scales, row) * fs);
     }
