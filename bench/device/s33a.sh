@@ -6,6 +6,7 @@
 # tiles even to within half as much; every pp) at M = 4 and 8, k = 3, 4, on 8192² and gate,
 # beside bf16 cuBLAS and the int8 default; (3) the 8-row tiles' GPU test (its variant library).
 #   bash bench/device/s33a.sh (carry .whl; ~400 s)      TAG, END_S, VARIANTS
+# (the TR knob was removed after this call, measured slower: a rerun times TR=8 as the default)
 source bench/device/env.sh
 : "${END_S:=400}"
 TAG=${TAG:--s33a}

@@ -46,10 +46,13 @@ ROWS_CFG = {1: (2, 1, 1024), 2: (2, 1, 512), 3: (1, 1, 512), 4: (2, 1, 512), 5: 
 # (H100, bench/results/pair_mma_variants-s33a.json, M = 4 and 8 on 8192² and gate: k = 3
 # fastest at pp = 4 (8192², M = 4: 19.20 µs against 23.60 at pp = 1, int8 25.97), k = 4 at
 # pp = 2 (21.15 against 22.06); k = 2, untimed, takes pp = 4 as k = 3 does: a run of 8 words,
-# two 16-byte loads, as k = 4's. M = 1–3 stay on int8: bench/results/pair_gemv-cuda-s32a.json)
+# two 16-byte loads, as k = 4's. From M = 3 on (bench/results/pair_gemv-cuda-s33b-k3.json,
+# -k4.json, another H100: at M = 3 the default run beats the int8 instance on 8192² and gate
+# at k = 3 (19.07 against 26.51 µs on 8192²) and k = 4; at M = 2 it ties or loses (8192², k = 3:
+# 18.71 against 18.60; gate 27.22 against 23.89))
 ROWS_MMA_CFGS = [(0, 1, 512), (0, 2, 512), (0, 4, 512)]
 ROWS_MMA_PP = {2: 4, 3: 4, 4: 2}
-ROWS_MMA_FROM_M = 4
+ROWS_MMA_FROM_M = 3
 
 # a cols launch's (sub, half): warps walking one cols tile's inputs together (pair_gemv.cu's
 # pair_cols: 1 or 2), and whether the walk runs in packed fp16 (1) or on int8 inputs (0).
