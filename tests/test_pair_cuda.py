@@ -60,6 +60,16 @@ def test_rows_instances_match_the_library_source():
     assert not set(pair_cuda.ROWS_MMA_CFGS) & set(pair_cuda.ROWS_CFG.values())
 
 
+def test_rows_mma_takes_the_longest_run_a_block_holds():
+    """Each k's measured run of periods (ROWS_MMA_PP) where T holds it, else the longest
+    shorter one: tq_pair_rows_mma refuses a run over two blocks (T < 32·pp)."""
+    from tqbuild.runtime import pair_cuda
+
+    assert [pair_cuda.rows_mma(k, 256)[1] for k in (2, 3, 4)] == [4, 4, 2]
+    assert [pair_cuda.rows_mma(3, T)[1] for T in (32, 64, 96, 128)] == [1, 2, 2, 4]
+    assert pair_cuda.rows_mma(4, 32)[1] == 1
+
+
 def test_cols_rows_a_launch_match_the_library_source():
     """pair_cuda sizes the cols scratch for COLS_M rows a launch: the C side's COLS_M, the
     rows it shares a decode over, must be the same (a larger one would write past it)."""
