@@ -132,12 +132,15 @@ def main() -> None:
                 if s:
                     res["sass"][f"k{k} rows M{M} RB{rb} WPR{wpr} T{nth}"] = {
                         "loop_instructions": s[0], "per_weight": s[0] / (rb * 64), "ops": s[1]}
-        # the tensor-core rows kernel at pp = 1: a trip decodes TQ_PAIR_MMA_D = 2 items (8 mma,
-        # 64 weights a lane each); the loop holds its tile-end code, branched over mostly
-        s = sass_loop(lib, "pair_rows_mmaILi0ELi1E", 16, "HMMA")
-        if s:
-            res["sass"][f"k{k} rows mma (any M)"] = {
-                "loop_instructions": s[0], "per_weight": s[0] / 128, "ops": s[1]}
+        # the tensor-core rows kernel at each run pp: a trip decodes TQ_PAIR_MMA_D = 2 items
+        # (8·pp mma, 64·pp weights a lane each); the loop holds its tile-end code, branched
+        # over mostly
+        for pp in (1, 2, 4):
+            s = sass_loop(lib, f"pair_rows_mmaILi0ELi{pp}E", 16 * pp, "HMMA")
+            if s:
+                res["sass"][f"k{k} rows mma pp{pp} (any M)"] = {
+                    "loop_instructions": s[0], "per_weight": s[0] / (128 * pp), "ops": s[1],
+                    "default": pp == pair_cuda.rows_mma(k, T)[1]}
         d = 4  # TQ_PAIR_COLS_D: inputs a trip
         # warps a walker (each decodes 32 / sub weights of d / sub inputs a trip), and the walk
         # on int8 inputs (two IDP2A a step) or in packed fp16 (one HFMA2 a step)
